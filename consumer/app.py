@@ -1,0 +1,408 @@
+"""Wiring: Kafka in -> decode/validate -> micro-batch -> ONNX Runtime -> Kafka out -> commit.
+
+Tasks (created in :meth:`StreamInferApp.start`, cancelled and drained in :meth:`StreamInferApp.stop`)::
+
+    fetch   getmany() -> decode + validate each record -> batcher (or straight to dead letters)
+            waits while in-flight rows >= max_in_flight_rows
+    batch   batcher.next_batch() -> ORT in the inference thread -> split -> one publish task per batch
+    publish send every answer (result or dead letter), await the broker's acks, retry failures with backoff,
+            then mark the records done in the offset tracker
+    commit  commits each partition's highest contiguous done offset, at most every commit_interval_ms
+
+Delivery: at least once. An offset is committed only after the answer of that record and of every record
+before it in its partition was acknowledged (acks=all, idempotent producer). A crash replays what was not
+committed; duplicates are possible, losses are not.
+
+Shutdown (:meth:`StreamInferApp.stop`, on SIGTERM/SIGINT): stop fetching, flush the batcher, finish and publish
+the batches in flight, commit, leave the group; all within ``shutdown_grace_s``. What does not finish in time is
+not committed and will be redelivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+
+from consumer.batcher import MicroBatcher
+from consumer.codec import DecodedRequest, Limits, correlation_id, decode_request, encode_response
+from consumer.config import Settings
+from consumer.errors import DeadLetterReason, InferenceError, RecordError
+from consumer.metrics import Metrics
+from consumer.offsets import OffsetTracker, PartitionOffsets
+from consumer.runner import OnnxRunner, assemble, non_finite_outputs, split
+from consumer.sink import RecordLike, Sink
+
+log = logging.getLogger(__name__)
+
+#: First and largest pause between retries of a failed result or dead-letter write, seconds.
+RETRY_BACKOFF_FIRST_S = 0.1
+RETRY_BACKOFF_MAX_S = 5.0
+
+
+@dataclass(slots=True)
+class Work:
+    """One fetched record on its way to an answer."""
+
+    record: RecordLike
+    offsets: PartitionOffsets
+    correlation_id: bytes
+    request: DecodedRequest | None = None
+    error: RecordError | None = None
+    result: bytes | None = None
+    enqueued_at: float = 0.0  # clock() seconds
+    rows: int = field(default=0)
+
+
+class StreamInferApp:
+    """The consumer service.
+
+    Args:
+        settings: validated settings.
+        runner: a loaded (and warmed) ONNX runner.
+        metrics: metrics on an injected registry.
+        clock: monotonic clock in seconds (batch deadlines, stage timings).
+        wall_clock: epoch clock in seconds (record age against Kafka timestamps only).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        runner: OnnxRunner,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.runner = runner
+        self.metrics = metrics
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._limits = Limits(settings.max_record_bytes, settings.max_record_rows)
+        self._tracker = OffsetTracker()
+        self._batcher: MicroBatcher[Work] = MicroBatcher(settings.max_batch_size, settings.max_batch_delay_ms, clock)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._sink: Sink | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._publishing: set[asyncio.Task[None]] = set()
+        self._in_flight_rows = 0
+        self._capacity = asyncio.Event()
+        self._commit_wanted = asyncio.Event()
+        self._stopping = False
+        self.joined = False
+        self.failed: BaseException | None = None
+
+    # ----------------------------------------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        """Connect the producer, join the group and start the background tasks.
+
+        Raises:
+            aiokafka.errors.KafkaError: the broker cannot be reached.
+        """
+        s = self.settings
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streaminfer-ort")
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.client_id}-producer",
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=s.producer_linger_ms,
+            max_request_size=s.producer_max_request_bytes,
+        )
+        await self._producer.start()
+        self._sink = Sink(
+            self._producer, results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id
+        )
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap_servers,
+            group_id=s.group_id,
+            client_id=f"{s.client_id}-consumer",
+            enable_auto_commit=False,
+            auto_offset_reset=s.auto_offset_reset,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            max_poll_interval_ms=s.max_poll_interval_ms,
+        )
+        self._consumer.subscribe([s.requests_topic], listener=_Rebalance(self))
+        try:
+            await self._consumer.start()
+        except BaseException:
+            await self._producer.stop()
+            raise
+        self._tasks = [
+            asyncio.create_task(self._fetch_loop(), name="streaminfer-fetch"),
+            asyncio.create_task(self._batch_loop(), name="streaminfer-batch"),
+            asyncio.create_task(self._commit_loop(), name="streaminfer-commit"),
+        ]
+        for task in self._tasks:
+            task.add_done_callback(self._on_task_done)
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Start, serve until ``stop`` is set or a task fails, then stop. Returns the process exit code."""
+        await self.start()
+        stop_task = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait([stop_task, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_task.cancel()
+            await self.stop()
+        return 1 if self.failed is not None else 0
+
+    async def stop(self) -> None:
+        """Stop fetching, drain batches and publishes within ``shutdown_grace_s``, commit, leave the group."""
+        if self._stopping:
+            return
+        self._stopping = True
+        fetch, batch, commit = self._tasks or (None, None, None)
+        if fetch is not None:
+            fetch.cancel()
+            await asyncio.gather(fetch, return_exceptions=True)
+        self._batcher.close()
+        try:
+            await asyncio.wait_for(self._drain(batch), timeout=self.settings.shutdown_grace_s)
+        except TimeoutError:
+            log.warning(
+                "shutdown grace of %.1f s exceeded; unanswered records stay uncommitted and will be redelivered",
+                self.settings.shutdown_grace_s,
+            )
+        for task in [t for t in (batch, commit) if t is not None] + list(self._publishing):
+            task.cancel()
+        await asyncio.gather(*[t for t in (batch, commit) if t is not None], *self._publishing, return_exceptions=True)
+        if self._consumer is not None:
+            await self._commit()
+            await self._consumer.stop()
+        if self._producer is not None:
+            await self._producer.stop()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+        log.info("stopped")
+
+    async def _drain(self, batch: asyncio.Task[None] | None) -> None:
+        if batch is not None:
+            await batch
+        while self._publishing:
+            await asyncio.gather(*list(self._publishing))
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._stopping:
+            return
+        exc = task.exception()
+        self.failed = exc or RuntimeError(f"task {task.get_name()} ended")
+        log.error("background task %s failed: %r", task.get_name(), self.failed, exc_info=exc)
+
+    @property
+    def ready(self) -> bool:
+        """Warm (the runner is warmed before start), joined and not stopping."""
+        return self.joined and not self._stopping and self.failed is None
+
+    @property
+    def in_flight_rows(self) -> int:
+        """Rows fetched and not yet answered."""
+        return self._in_flight_rows
+
+    # ----------------------------------------------------------------------------------------------- fetch
+    async def _fetch_loop(self) -> None:
+        assert self._consumer is not None
+        s = self.settings
+        sig = self.runner.signature
+        while True:
+            while self._in_flight_rows >= s.max_in_flight_rows:
+                self._capacity.clear()
+                await self._capacity.wait()
+            fetched = await self._consumer.getmany(timeout_ms=s.fetch_timeout_ms, max_records=s.fetch_max_records)
+            dead: list[Work] = []
+            for tp, records in fetched.items():
+                offsets = self._tracker.partition(tp)
+                for rec in records:
+                    offsets.track(rec.offset)
+                    started = self._clock()
+                    request: DecodedRequest | None = None
+                    try:
+                        request = decode_request(rec.value, sig, self._limits)
+                    except RecordError as err:
+                        work = self._work(rec, offsets, None)
+                        work.error = err
+                        dead.append(work)
+                        continue
+                    finally:
+                        self.metrics.preprocess_seconds.observe(self._clock() - started)
+                    work = self._work(rec, offsets, request)
+                    work.rows = request.rows
+                    self._add_rows(request.rows)
+                    self._batcher.put(work, request.rows, request.shape_key)
+            if dead:
+                self._spawn_publish(dead)
+
+    def _work(self, rec: RecordLike, offsets: PartitionOffsets, request: DecodedRequest | None) -> Work:
+        cid = correlation_id(
+            rec.headers, request.id if request else None, rec.key, f"{rec.topic}:{rec.partition}:{rec.offset}"
+        )
+        return Work(rec, offsets, cid, request, enqueued_at=self._clock())
+
+    def _add_rows(self, rows: int) -> None:
+        self._in_flight_rows += rows
+        self.metrics.in_flight_rows.set(self._in_flight_rows)
+        if self._in_flight_rows < self.settings.max_in_flight_rows:
+            self._capacity.set()
+
+    # ----------------------------------------------------------------------------------------------- batch
+    async def _batch_loop(self) -> None:
+        while (batch := await self._batcher.next_batch()) is not None:
+            self.metrics.batch_queue_wait_seconds.observe(self._clock() - batch[0].enqueued_at)
+            await self._infer(batch)
+            self._spawn_publish(batch)
+
+    async def _infer(self, batch: Sequence[Work]) -> None:
+        """Run ``batch`` and set each item's ``result`` or ``error``. A failing batch is retried record by record
+        so that only the culprit is dead-lettered."""
+        requests = [w.request for w in batch if w.request is not None]
+        feeds, rows = assemble([r.inputs for r in requests])
+        started = self._clock()
+        try:
+            outputs = await asyncio.get_running_loop().run_in_executor(self._executor, self.runner.run, feeds, rows)
+        except InferenceError as err:
+            if len(batch) == 1:
+                batch[0].error = err
+                log.warning("inference failed for correlation_id=%r: %s", batch[0].correlation_id, err)
+            else:
+                for work in batch:
+                    await self._infer([work])
+            return
+        self.metrics.inference_seconds.observe(self._clock() - started)
+        self.metrics.batch_rows.observe(rows)
+        names = self.runner.signature.output_names
+        for work, request, part in zip(batch, requests, split(outputs, [r.rows for r in requests]), strict=True):
+            chosen = [(n, part[n]) for n in (request.outputs or names)]
+            bad = non_finite_outputs(dict(chosen))
+            if bad:
+                work.error = InferenceError(
+                    DeadLetterReason.NON_FINITE_OUTPUT, f"outputs {bad} hold NaN or Inf for this record"
+                )
+                continue
+            response_id = work.correlation_id.decode("utf-8", "backslashreplace")
+            work.result = encode_response(response_id, self.runner.signature, chosen)
+
+    # ----------------------------------------------------------------------------------------------- publish
+    def _spawn_publish(self, items: list[Work]) -> None:
+        task = asyncio.create_task(self._publish(items), name="streaminfer-publish")
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    async def _publish(self, items: list[Work]) -> None:
+        """Send every answer, retry failed sends with backoff until acknowledged, then mark the offsets done."""
+        pending = items
+        backoff = RETRY_BACKOFF_FIRST_S
+        while pending:
+            futures = [await self._send(w) for w in pending]
+            acks = await asyncio.gather(*futures, return_exceptions=True)
+            failed: list[Work] = []
+            now_ms = self._wall_clock() * 1000.0
+            for work, ack in zip(pending, acks, strict=True):
+                if isinstance(ack, BaseException):
+                    log.warning("write for correlation_id=%r failed, retrying: %r", work.correlation_id, ack)
+                    failed.append(work)
+                    continue
+                work.offsets.done(work.record.offset)
+                if work.error is None:
+                    self.metrics.records.labels("result").inc()
+                else:
+                    self.metrics.records.labels("dead_letter").inc()
+                    self.metrics.dead_letters.labels(work.error.reason.value).inc()
+                    log.warning(
+                        "dead-lettered correlation_id=%r reason=%s: %s",
+                        work.correlation_id,
+                        work.error.reason.value,
+                        work.error,
+                    )
+                self.metrics.record_age_seconds.observe(max(0.0, now_ms - work.record.timestamp) / 1000.0)
+            pending = failed
+            if pending:
+                self.metrics.produce_retries.inc(len(pending))
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+        self._in_flight_rows -= sum(w.rows for w in items)
+        self.metrics.in_flight_rows.set(self._in_flight_rows)
+        if self._in_flight_rows < self.settings.max_in_flight_rows:
+            self._capacity.set()
+        self._commit_wanted.set()
+
+    async def _send(self, work: Work) -> asyncio.Future[Any]:
+        """Queue one answer; a result too large for the producer becomes a dead letter. Never raises: a send
+        that fails at once yields a failed future so the caller retries it."""
+        assert self._sink is not None
+        try:
+            if work.error is None and work.result is not None:
+                try:
+                    return await self._sink.send_result(work.record, work.correlation_id, work.result)
+                except MessageSizeTooLargeError as exc:
+                    work.error = RecordError(
+                        DeadLetterReason.RESULT_TOO_LARGE, f"response of {len(work.result)} bytes: {exc}"
+                    )
+                    work.result = None
+            if work.error is None:  # unreachable by construction: every item gets a result or an error
+                work.error = RecordError(DeadLetterReason.INFERENCE_ERROR, "no result was produced")
+            error = work.error
+            return await self._sink.send_dead_letter(work.record, work.correlation_id, error.reason, error)
+        except KafkaError as exc:
+            failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return failed
+
+    # ----------------------------------------------------------------------------------------------- commit
+    async def _commit_loop(self) -> None:
+        interval_s = self.settings.commit_interval_ms / 1000.0
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted.clear()
+            await self._commit()
+            if interval_s:
+                await asyncio.sleep(interval_s)  # throttle: at most one commit per interval
+
+    async def _commit(self, only: set[TopicPartition] | None = None) -> None:
+        """Commit the committable positions; failures (a rebalance in progress) are counted, never fatal."""
+        assert self._consumer is not None
+        offsets = self._tracker.committable(only)
+        if not offsets:
+            return
+        try:
+            await self._consumer.commit(offsets)
+        except KafkaError as exc:
+            self.metrics.commit_failures.labels(type(exc).__name__).inc()
+            log.warning("commit of %s failed: %r", offsets, exc)
+            return
+        self._tracker.mark_committed(offsets)
+        self.metrics.commits.inc()
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Commit what is done for revoked partitions, then forget them (late answers are not committed)."""
+        if revoked:
+            await self._commit(set(revoked))
+            self._tracker.forget(set(revoked))
+            log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
+
+    def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Count the rebalance and mark the group joined."""
+        self.metrics.rebalances.inc()
+        self.joined = True
+        log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, app: StreamInferApp) -> None:
+        self._app = app
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._app.on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._app.on_assigned(assigned)

@@ -1,0 +1,159 @@
+"""Micro-batching by rows or deadline, whichever comes first, on an injected monotonic clock.
+
+A batch is flushed when the pending rows of one shape group reach ``max_batch_rows``, or when the oldest pending
+item has waited ``max_batch_delay_ms``. Items whose non-batch shapes differ (``key``) are never put in one batch,
+because their tensors cannot be stacked. Waiting is event-driven: :meth:`MicroBatcher.next_batch` sleeps until an
+item arrives or the oldest item's deadline passes, never in polling ticks.
+
+Pattern after ray ``serve/batching.py`` (``_BatchQueue.wait_for_batch``) and aiokafka's message accumulator
+(linger on a monotonic clock); the deadline is measured with ``clock`` (``time.monotonic`` by default, seconds),
+never the wall clock, so unit tests drive it with a fake clock and no sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Pending(Generic[T]):
+    item: T
+    rows: int
+    enqueued_at: float  # clock() seconds
+
+
+class _Group(Generic[T]):
+    __slots__ = ("items", "rows")
+
+    def __init__(self) -> None:
+        self.items: deque[_Pending[T]] = deque()
+        self.rows = 0
+
+
+class MicroBatcher(Generic[T]):
+    """Collects items into row-bounded batches.
+
+    Args:
+        max_batch_rows: flush a group once it holds this many rows (>= 1). A single item with more rows than
+            this is flushed alone, unsplit.
+        max_batch_delay_ms: flush the oldest item's group once that item has waited this long, milliseconds (>= 0).
+        clock: monotonic time source in seconds.
+
+    Raises:
+        ValueError: a limit is out of range.
+    """
+
+    def __init__(
+        self,
+        max_batch_rows: int,
+        max_batch_delay_ms: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_batch_rows < 1:
+            raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
+        if max_batch_delay_ms < 0:
+            raise ValueError(f"max_batch_delay_ms must be >= 0, got {max_batch_delay_ms}")
+        self._max_rows = max_batch_rows
+        self._delay_s = max_batch_delay_ms / 1000.0
+        self._clock = clock
+        self._groups: dict[Hashable, _Group[T]] = {}
+        self._rows = 0
+        self._closed = False
+        self._wakeup = asyncio.Event()
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows waiting, across all groups."""
+        return self._rows
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def put(self, item: T, rows: int, key: Hashable = None) -> None:
+        """Queue ``item`` (contributing ``rows`` rows) in the group ``key``.
+
+        Raises:
+            RuntimeError: the batcher is closed.
+        """
+        if self._closed:
+            raise RuntimeError("MicroBatcher is closed")
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group()
+        group.items.append(_Pending(item, rows, self._clock()))
+        group.rows += rows
+        self._rows += rows
+        self._wakeup.set()
+
+    def close(self) -> None:
+        """Stop accepting items; everything pending is flushed by the next calls regardless of deadlines."""
+        self._closed = True
+        self._wakeup.set()
+
+    def time_to_deadline(self, now: float) -> float | None:
+        """Seconds until the oldest pending item's deadline (<= 0: due now); None when nothing is pending."""
+        heads = [g.items[0].enqueued_at for g in self._groups.values() if g.items]
+        if not heads:
+            return None
+        return min(heads) + self._delay_s - now
+
+    def pop_ready(self, now: float) -> list[T] | None:
+        """Remove and return the next batch that is due at time ``now``, or None if none is due.
+
+        A full group (rows >= max_batch_rows) is due at once; otherwise the group of the oldest item is due
+        when that item's deadline has passed, or at once after :meth:`close`.
+        """
+        full = [(k, g) for k, g in self._groups.items() if g.rows >= self._max_rows]
+        if full:
+            key = min(full, key=lambda kg: kg[1].items[0].enqueued_at)[0]
+            return self._take(key)
+        oldest: tuple[Hashable, float] | None = None
+        for k, g in self._groups.items():
+            if g.items and (oldest is None or g.items[0].enqueued_at < oldest[1]):
+                oldest = (k, g.items[0].enqueued_at)
+        if oldest is None:
+            return None
+        if self._closed or now >= oldest[1] + self._delay_s:
+            return self._take(oldest[0])
+        return None
+
+    def _take(self, key: Hashable) -> list[T]:
+        group = self._groups[key]
+        batch: list[T] = []
+        rows = 0
+        while group.items and (not batch or rows + group.items[0].rows <= self._max_rows):
+            pending = group.items.popleft()
+            batch.append(pending.item)
+            rows += pending.rows
+        group.rows -= rows
+        self._rows -= rows
+        if not group.items:
+            del self._groups[key]
+        return batch
+
+    async def next_batch(self) -> list[T] | None:
+        """Wait for the next due batch; None once closed and empty.
+
+        Wakes when an item arrives (a group may fill) or when the oldest item's deadline passes.
+        """
+        while True:
+            now = self._clock()
+            batch = self.pop_ready(now)
+            if batch is not None:
+                return batch
+            if self._closed:
+                return None
+            self._wakeup.clear()
+            timeout = self.time_to_deadline(now)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)

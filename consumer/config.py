@@ -1,0 +1,112 @@
+"""Settings: one frozen object, read from CLI flags and ``STREAMINFER_*`` environment variables at start-up.
+
+Precedence: CLI flag > environment variable > ``.env``-free default. Every name carries its unit
+(``_ms``, ``_s``, ``_bytes``, ``_rows``). A bad value fails start-up with a message naming the setting
+(:func:`load_settings` raises :class:`~consumer.errors.ConfigError`). Pattern after quix-streams
+``ApplicationConfig`` and MLServer ``settings.py`` (``env_prefix``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, CliApp, SettingsConfigDict
+
+from consumer.errors import ConfigError
+
+ENV_PREFIX = "STREAMINFER_"
+
+
+class Settings(BaseSettings):
+    """Everything the consumer can be told. Field docs are the CLI help and the README's settings table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        frozen=True,
+        extra="forbid",
+        cli_kebab_case=True,
+        cli_prog_name="streaminfer-consumer",
+        cli_implicit_flags=True,
+        validate_default=True,
+    )
+
+    # Kafka
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port].")
+    group_id: str = Field("streaminfer", min_length=1, description="Consumer group id.")
+    requests_topic: str = Field("requests", min_length=1, description="Topic of inference requests.")
+    results_topic: str = Field("results", min_length=1, description="Topic the responses are written to.")
+    dead_letter_topic: str = Field("requests.dlq", min_length=1, description="Dead-letter topic for poison records.")
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        "earliest", description="Where a group with no committed offset starts."
+    )
+    client_id: str = Field("streaminfer", min_length=1, description="Kafka client id prefix.")
+    session_timeout_ms: int = Field(45_000, ge=1_000, description="Group session timeout, ms.")
+    heartbeat_interval_ms: int = Field(3_000, ge=100, description="Group heartbeat interval, ms.")
+    max_poll_interval_ms: int = Field(
+        300_000, ge=1_000, description="Longest gap between fetches before the member is evicted, ms."
+    )
+    fetch_max_records: int = Field(500, ge=1, description="Most records taken from the fetcher at once, records.")
+    fetch_timeout_ms: int = Field(100, ge=1, description="Longest wait for records in one fetch call, ms.")
+    producer_linger_ms: int = Field(1, ge=0, description="Producer linger before sending a produce request, ms.")
+    producer_max_request_bytes: int = Field(1_048_576, ge=1024, description="Largest produce request, bytes.")
+    commit_interval_ms: int = Field(200, ge=0, description="Least time between two offset commits, ms.")
+    # Model and execution
+    model_path: Path = Field(description="ONNX model file (required).")
+    model_name: str | None = Field(
+        None, description="Name in responses; default: ONNX metadata 'model_name' or the file stem."
+    )
+    model_version: str | None = Field(
+        None, description="Version in responses; default: ONNX metadata 'model_version' or '1'."
+    )
+    execution_provider: Literal["auto", "cuda", "cpu"] = Field(
+        "auto", description="ONNX Runtime execution provider: auto = CUDA when available, else CPU."
+    )
+    require_gpu: bool = Field(False, description="Fail start-up unless the CUDA execution provider is active.")
+    intra_op_threads: int = Field(0, ge=0, description="ORT intra-op threads; 0 = ORT's default.")
+    warmup_runs: int = Field(3, ge=0, description="Warm-up runs at batch 1 and at max_batch_size before joining, runs.")
+    # Batching and limits
+    max_batch_size: int = Field(64, ge=1, description="Flush a micro-batch at this many rows, rows.")
+    max_batch_delay_ms: float = Field(
+        5.0, ge=0, description="Flush when the oldest pending record waited this long, ms."
+    )
+    max_in_flight_rows: int = Field(
+        4096, ge=1, description="Rows fetched but not yet answered before fetching pauses, rows."
+    )
+    max_record_bytes: int = Field(1_048_576, ge=1, description="Largest accepted request value, bytes.")
+    max_record_rows: int = Field(1024, ge=1, description="Largest accepted shape[0] of one request, rows.")
+    # Operations
+    http_port: int = Field(9400, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz; 0 = disabled.")
+    http_host: str = Field("0.0.0.0", description="Address the HTTP endpoints bind to.")  # noqa: S104 (a pod's port)
+    shutdown_grace_s: float = Field(25.0, gt=0, description="Budget to drain, publish and commit on SIGTERM, s.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    log_json: bool = Field(False, description="Log one JSON object per line.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be below session_timeout_ms")
+        if len({self.requests_topic, self.results_topic, self.dead_letter_topic}) != 3:
+            raise ValueError("requests_topic, results_topic and dead_letter_topic must differ")
+        if not self.model_path.is_file():
+            raise ValueError(f"model_path {str(self.model_path)!r} is not a file")
+        return self
+
+
+def load_settings(argv: Sequence[str] | None = None) -> Settings:
+    """Read settings from ``argv`` flags (kebab-case, e.g. ``--max-batch-size 32``) and the environment.
+
+    Raises:
+        ConfigError: a value is invalid; the message names every bad setting.
+        SystemExit: an unknown flag or ``--help`` (argparse's own handling).
+    """
+    try:
+        return CliApp.run(Settings, cli_args=list(argv) if argv is not None else [])
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "settings"
+            problems.append(f"{where}: {err['msg']}")
+        raise ConfigError("invalid settings: " + "; ".join(problems)) from None

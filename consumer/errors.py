@@ -1,0 +1,106 @@
+"""Errors raised by streaminfer, as data.
+
+Hierarchy::
+
+    StreamInferError                  base of everything raised on purpose here
+    ├── ConfigError                   a bad setting or flag; raised at start-up, names the setting
+    ├── ModelError                    the ONNX model cannot be served (missing file, no batch axis, provider)
+    └── RecordError                   one record cannot be answered; carries a DeadLetterReason and is
+        │                             dead-lettered, never raised past the consumer loop
+        ├── DecodeError               the bytes are not a valid Open Inference Protocol request
+        ├── ValidationError           a well-formed request that does not fit the model's input schema
+        └── InferenceError            ONNX Runtime failed, or its output broke the contract, for this record
+
+``RecordError.retriable`` is False for every reason in this set: a poison record is the same poison on the
+next try. Transport errors (the broker, the network) are aiokafka's own and are retried by the client.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class DeadLetterReason(StrEnum):
+    """The fixed, documented set of machine-readable dead-letter reasons.
+
+    The value is written to the dead letter's ``streaminfer.error.reason`` header (and, Kafka Connect style,
+    ``__connect.errors.reason``). New reasons are added here and in README.md only.
+    """
+
+    INVALID_JSON = "invalid_json"
+    """The value is absent, empty, not UTF-8, or not JSON (NaN/Infinity tokens included)."""
+    NOT_AN_OBJECT = "not_an_object"
+    """The value is JSON but not a JSON object."""
+    INVALID_REQUEST = "invalid_request"
+    """The object is not an OIP inference request: ``inputs`` missing or not a list, an input without
+    ``name``/``shape``/``datatype``/``data``, a non-string ``id``, a duplicated input name, a bad ``outputs``."""
+    MISSING_INPUT = "missing_input"
+    """A model input is not in the request (an empty ``inputs`` list included)."""
+    UNKNOWN_INPUT = "unknown_input"
+    """The request names an input the model does not have."""
+    UNKNOWN_OUTPUT = "unknown_output"
+    """``outputs`` asks for an output the model does not have."""
+    DATATYPE_MISMATCH = "datatype_mismatch"
+    """The declared datatype is unknown or cannot be cast losslessly to the model's, or the data holds values
+    of another type (strings, booleans, fractions for an integer input)."""
+    OUT_OF_RANGE = "out_of_range"
+    """A value does not fit the model's datatype (integer overflow, float beyond float32, non-finite)."""
+    SHAPE_MISMATCH = "shape_mismatch"
+    """Rank, a static dimension, an empty batch, or the element count disagrees with the shape."""
+    RAGGED = "ragged"
+    """Nested ``data`` whose rows have different lengths."""
+    NULL_VALUE = "null_value"
+    """``data`` contains JSON null."""
+    TOO_LARGE = "too_large"
+    """The value exceeds ``max_record_bytes`` or the request exceeds ``max_record_rows``."""
+    INFERENCE_ERROR = "inference_error"
+    """ONNX Runtime raised for the batch holding this record, or an output's first dimension did not match
+    the batch's rows."""
+    RESULT_TOO_LARGE = "result_too_large"
+    """The encoded response exceeds the producer's ``producer_max_request_bytes``; the request is dead-lettered."""
+    NON_FINITE_OUTPUT = "non_finite_output"
+    """The model produced NaN or Inf for this record; JSON cannot carry them, so it is dead-lettered rather
+    than written as null."""
+
+
+class StreamInferError(Exception):
+    """Base class of streaminfer's own errors."""
+
+
+class ConfigError(StreamInferError):
+    """A setting or flag is invalid. The message starts with the setting's name."""
+
+
+class ModelError(StreamInferError):
+    """The model cannot be loaded or served as configured (file, schema, execution provider)."""
+
+
+class RecordError(StreamInferError):
+    """One record cannot be answered and must be dead-lettered.
+
+    Args:
+        reason: the machine-readable reason, one of :class:`DeadLetterReason`.
+        message: a human-readable explanation naming the input, value or limit at fault.
+    """
+
+    retriable = False
+
+    def __init__(self, reason: DeadLetterReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.reason.value!r}, {self.message!r})"
+
+
+class DecodeError(RecordError):
+    """The record's bytes are not a decodable OIP request."""
+
+
+class ValidationError(RecordError):
+    """The request does not fit the model's input schema."""
+
+
+class InferenceError(RecordError):
+    """Inference failed for this record or broke the output contract."""

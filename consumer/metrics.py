@@ -1,0 +1,81 @@
+"""Prometheus metrics, registered on a registry passed in (never the global one).
+
+Units are in the names (``_seconds``, ``_rows``, ``_bytes``); labels come from fixed sets only
+(outcome, dead-letter reason, commit failure class), never from record content. Buckets are named constants.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from consumer.errors import DeadLetterReason
+
+#: Batch sizes in rows: powers of two up to 1024.
+BATCH_ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+#: Sub-millisecond to seconds, for preprocessing, queue wait and inference, seconds.
+STAGE_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+#: End-to-end record age at publish, seconds.
+AGE_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+OUTCOMES = ("result", "dead_letter")
+
+
+class Metrics:
+    """All of streaminfer's metrics on one registry.
+
+    Args:
+        registry: where to register; tests pass a fresh ``CollectorRegistry``.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.batch_rows = Histogram(
+            "streaminfer_batch_rows",
+            "Rows per micro-batch sent to ONNX Runtime.",
+            buckets=BATCH_ROWS_BUCKETS,
+            registry=registry,
+        )
+        self.batch_queue_wait_seconds = Histogram(
+            "streaminfer_batch_queue_wait_seconds",
+            "Time the oldest record of a batch waited in the batcher, seconds.",
+            buckets=STAGE_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.preprocess_seconds = Histogram(
+            "streaminfer_preprocess_seconds",
+            "Decode and validation time of one record, seconds.",
+            buckets=STAGE_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.inference_seconds = Histogram(
+            "streaminfer_inference_seconds",
+            "ONNX Runtime compute time of one batch, seconds.",
+            buckets=STAGE_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.record_age_seconds = Histogram(
+            "streaminfer_record_age_seconds",
+            "Age of a record when its answer is acknowledged: now minus the record timestamp, seconds.",
+            buckets=AGE_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.records = Counter("streaminfer_records", "Records answered, by outcome.", ["outcome"], registry=registry)
+        self.dead_letters = Counter(
+            "streaminfer_dead_letters", "Dead letters written, by reason.", ["reason"], registry=registry
+        )
+        self.in_flight_rows = Gauge(
+            "streaminfer_in_flight_rows", "Rows fetched and not yet answered.", registry=registry
+        )
+        self.commits = Counter("streaminfer_commits", "Successful offset commits.", registry=registry)
+        self.commit_failures = Counter(
+            "streaminfer_commit_failures", "Failed offset commits, by error class.", ["error"], registry=registry
+        )
+        self.produce_retries = Counter(
+            "streaminfer_produce_retries", "Result or dead-letter writes retried after a failure.", registry=registry
+        )
+        self.rebalances = Counter("streaminfer_rebalances", "Partition assignments received.", registry=registry)
+        self.model = Info("streaminfer_model", "Served model and active execution provider.", registry=registry)
+        for outcome in OUTCOMES:
+            self.records.labels(outcome)
+        for reason in DeadLetterReason:
+            self.dead_letters.labels(reason.value)

@@ -1,0 +1,108 @@
+"""The model's tensor schema and the Open Inference Protocol (KServe V2) datatype table.
+
+OIP datatypes are the strings of the KServe V2 "Tensor Data Types" table
+(https://kserve.github.io/website/latest/modelserving/data_plane/v2_protocol/). ONNX Runtime reports a tensor's
+type as ``tensor(<onnx type>)``; the table below maps both to numpy dtypes. Dimensions that ONNX declares with a
+symbolic name (``"batch"``) or leave unknown are *dynamic* and stored as ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: OIP datatype -> numpy dtype (BYTES is variable-length and carried as Python objects).
+OIP_TO_NUMPY: dict[str, np.dtype[np.generic]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(np.object_),
+}
+NUMPY_TO_OIP: dict[np.dtype[np.generic], str] = {v: k for k, v in OIP_TO_NUMPY.items()}
+
+#: ONNX Runtime's ``NodeArg.type`` strings -> numpy dtype.
+ORT_TO_NUMPY: dict[str, np.dtype[np.generic]] = {
+    "tensor(bool)": np.dtype(np.bool_),
+    "tensor(uint8)": np.dtype(np.uint8),
+    "tensor(uint16)": np.dtype(np.uint16),
+    "tensor(uint32)": np.dtype(np.uint32),
+    "tensor(uint64)": np.dtype(np.uint64),
+    "tensor(int8)": np.dtype(np.int8),
+    "tensor(int16)": np.dtype(np.int16),
+    "tensor(int32)": np.dtype(np.int32),
+    "tensor(int64)": np.dtype(np.int64),
+    "tensor(float16)": np.dtype(np.float16),
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(double)": np.dtype(np.float64),
+    "tensor(string)": np.dtype(np.object_),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One model input or output.
+
+    Attributes:
+        name: the ONNX graph name.
+        dtype: numpy dtype of the tensor.
+        shape: one entry per axis; ``None`` for a dynamic axis. Axis 0 is the batch axis (rows).
+    """
+
+    name: str
+    dtype: np.dtype[np.generic]
+    shape: tuple[int | None, ...]
+
+    @property
+    def datatype(self) -> str:
+        """The OIP datatype string (``FP32``, ``INT64`` ...)."""
+        return NUMPY_TO_OIP[self.dtype]
+
+    @classmethod
+    def from_ort(cls, name: str, ort_type: str, shape: Sequence[int | str | None]) -> TensorSpec:
+        """Build from ONNX Runtime's ``NodeArg`` fields; symbolic or unknown dims become ``None``.
+
+        Raises:
+            KeyError: ``ort_type`` is not a tensor type in :data:`ORT_TO_NUMPY` (sequences, maps).
+        """
+        dims = tuple(d if isinstance(d, int) and d >= 0 else None for d in shape)
+        return cls(name=name, dtype=ORT_TO_NUMPY[ort_type], shape=dims)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSignature:
+    """The served model's identity and tensors, as the codec validates against and the runner feeds.
+
+    Attributes:
+        name: model name echoed in every response's ``model_name``.
+        version: model version echoed in ``model_version``.
+        inputs: the graph inputs, in graph order.
+        outputs: the graph outputs, in graph order.
+    """
+
+    name: str
+    version: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input(self, name: str) -> TensorSpec | None:
+        """The input called ``name``, or None."""
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        return None
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Output names in graph order."""
+        return tuple(o.name for o in self.outputs)

@@ -1,0 +1,122 @@
+"""Kafka out: results to the results topic, poison records to the dead-letter topic.
+
+Result record: key = the request's key; value = OIP inference response (JSON); headers::
+
+    correlation_id                      the correlation ID, byte-for-byte
+    content-type                        application/json
+    streaminfer.request.timestamp_ms    the request record's timestamp, ms since the epoch (decimal text)
+
+Dead-letter record: the request's key, value and headers unchanged, followed by these headers (decimal text
+for numbers; the ``__connect.errors.*`` names are Kafka Connect's, so existing DLQ tooling reads them)::
+
+    correlation_id                          the correlation ID (also when the request had none: topic:partition:offset)
+    streaminfer.error.reason                one of DeadLetterReason (machine-readable)
+    __connect.errors.exception.message      readable message
+    __connect.errors.exception.class.name   exception class, e.g. consumer.errors.ValidationError
+    __connect.errors.topic                  source topic
+    __connect.errors.partition              source partition
+    __connect.errors.offset                 source offset
+    streaminfer.source.timestamp_ms         source record timestamp, ms since the epoch
+    streaminfer.consumer.group              consumer group id
+
+Produces go through one idempotent producer with ``acks=all`` (configured by the app).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from consumer.codec import CORRELATION_HEADER
+from consumer.errors import DeadLetterReason
+
+Headers = list[tuple[str, bytes]]
+
+REASON_HEADER = "streaminfer.error.reason"
+MESSAGE_HEADER = "__connect.errors.exception.message"
+CLASS_HEADER = "__connect.errors.exception.class.name"
+TOPIC_HEADER = "__connect.errors.topic"
+PARTITION_HEADER = "__connect.errors.partition"
+OFFSET_HEADER = "__connect.errors.offset"
+TIMESTAMP_HEADER = "streaminfer.source.timestamp_ms"
+GROUP_HEADER = "streaminfer.consumer.group"
+REQUEST_TIMESTAMP_HEADER = "streaminfer.request.timestamp_ms"
+
+#: Longest message written to a dead letter's message header, characters.
+MAX_MESSAGE_CHARS = 1000
+
+
+class RecordLike(Protocol):
+    """The fields of aiokafka's ``ConsumerRecord`` used here."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+
+
+class ProducerLike(Protocol):
+    """The part of ``AIOKafkaProducer`` used here."""
+
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, headers: Headers | None = None
+    ) -> asyncio.Future[Any]: ...
+
+
+class Sink:
+    """Writes results and dead letters.
+
+    Args:
+        producer: a started aiokafka producer (acks=all, idempotent).
+        results_topic: topic for responses.
+        dead_letter_topic: topic for dead letters.
+        group_id: consumer group, written into dead letters.
+    """
+
+    def __init__(self, producer: ProducerLike, *, results_topic: str, dead_letter_topic: str, group_id: str) -> None:
+        self._producer = producer
+        self.results_topic = results_topic
+        self.dead_letter_topic = dead_letter_topic
+        self._group = group_id.encode()
+
+    async def send_result(self, record: RecordLike, correlation_id: bytes, value: bytes) -> asyncio.Future[Any]:
+        """Queue the response for ``record``; the returned future resolves when the broker acknowledged it.
+
+        Raises:
+            aiokafka.errors.MessageSizeTooLargeError: ``value`` exceeds the producer's max request size.
+            aiokafka.errors.KafkaError: the producer cannot accept the record.
+        """
+        headers: Headers = [
+            (CORRELATION_HEADER, correlation_id),
+            ("content-type", b"application/json"),
+            (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
+        ]
+        return await self._producer.send(self.results_topic, value=value, key=record.key, headers=headers)
+
+    async def send_dead_letter(
+        self, record: RecordLike, correlation_id: bytes, reason: DeadLetterReason, error: BaseException
+    ) -> asyncio.Future[Any]:
+        """Queue ``record`` unchanged, plus the error headers, on the dead-letter topic.
+
+        Raises:
+            aiokafka.errors.KafkaError: the producer cannot accept the record.
+        """
+        message = str(error)[:MAX_MESSAGE_CHARS]
+        cls = type(error)
+        headers: Headers = [(k, v if v is not None else b"") for k, v in record.headers]
+        headers += [
+            (CORRELATION_HEADER, correlation_id),
+            (REASON_HEADER, reason.value.encode()),
+            (MESSAGE_HEADER, message.encode("utf-8", "backslashreplace")),
+            (CLASS_HEADER, f"{cls.__module__}.{cls.__qualname__}".encode()),
+            (TOPIC_HEADER, record.topic.encode()),
+            (PARTITION_HEADER, str(record.partition).encode()),
+            (OFFSET_HEADER, str(record.offset).encode()),
+            (TIMESTAMP_HEADER, str(record.timestamp).encode()),
+            (GROUP_HEADER, self._group),
+        ]
+        return await self._producer.send(self.dead_letter_topic, value=record.value, key=record.key, headers=headers)

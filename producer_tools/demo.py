@@ -1,0 +1,125 @@
+"""``make demo``: the whole path on a running broker, from request to answer, with one summary line.
+
+Creates the topics (requests with several partitions; results and dead letters with broker append time),
+starts ``streaminfer-consumer`` as a child process on the digits model, waits for ``/readyz``, sends the held-out
+digits with every poison kind interleaved, waits until each record has a result or a dead letter, prints::
+
+    demo: sent=N results=R dead_letters=D accuracy=A p50_ms=X p99_ms=Y throughput_rps=T
+
+and stops the consumer with SIGTERM. Exit 1 if any record is unanswered, a poison record got the wrong reason,
+or the consumer did not stop cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from producer_tools.produce import DEFAULT_HELDOUT, digits_requests, interleave, poison_requests, send_all
+from producer_tools.results import collect, print_report
+from producer_tools.topics import ensure_topics
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = ROOT / "models" / "digits" / "artifacts" / "digits.onnx"
+APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Poll ``/readyz`` until 200.
+
+    Raises:
+        RuntimeError: the consumer exited or did not become ready in ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    url = f"http://127.0.0.1:{port}/readyz"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"consumer exited with code {proc.returncode} before it was ready")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
+            if response.status == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"consumer not ready after {timeout_s:.0f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo; returns the exit code."""
+    p = argparse.ArgumentParser(prog="streaminfer-demo", description=__doc__.split("\n\n")[0])
+    p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    p.add_argument("--model-path", type=Path, default=DEFAULT_MODEL)
+    p.add_argument("--heldout", type=Path, default=DEFAULT_HELDOUT)
+    p.add_argument("--partitions", type=int, default=4, help="partitions of the requests topic")
+    p.add_argument("--timeout-s", type=float, default=120.0, help="wait for answers at most this long, s")
+    p.add_argument("--log", type=Path, default=ROOT / ".demo" / "consumer.log", help="consumer log file")
+    args = p.parse_args(argv)
+
+    run_id = "demo-" + uuid.uuid4().hex[:8]
+    topics = {"requests": "demo.requests", "results": "demo.results", "dlq": "demo.requests.dlq"}
+    asyncio.run(
+        ensure_topics(
+            args.bootstrap_servers,
+            {topics["requests"]: args.partitions, topics["results"]: args.partitions, topics["dlq"]: 1},
+            configs={topics["results"]: APPEND_TIME, topics["dlq"]: APPEND_TIME},
+        )
+    )
+    port = free_port()
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "consumer",
+        "--bootstrap-servers", args.bootstrap_servers,
+        "--model-path", str(args.model_path),
+        "--group-id", "streaminfer-demo",
+        "--requests-topic", topics["requests"],
+        "--results-topic", topics["results"],
+        "--dead-letter-topic", topics["dlq"],
+        "--http-port", str(port), "--http-host", "127.0.0.1",
+    ]  # fmt: skip
+    with args.log.open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603 (our own module)
+    code = 1
+    try:
+        wait_ready(port, proc, timeout_s=90)
+        records = interleave(list(digits_requests(run_id, args.heldout)), poison_requests(run_id))
+        asyncio.run(send_all(args.bootstrap_servers, topics["requests"], records))
+        expected = {r.correlation_id: r.manifest() for r in records}
+        report = asyncio.run(
+            collect(args.bootstrap_servers, topics["results"], topics["dlq"], expected, args.timeout_s)
+        )
+        print_report(report, prefix="demo")
+        code = 0 if not report.missing and not report.reason_mismatches else 1
+    except RuntimeError as exc:
+        print(f"demo: {exc}; consumer log: {args.log}", file=sys.stderr)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.returncode != 0:
+            print(f"demo: consumer exited with code {proc.returncode}; log: {args.log}", file=sys.stderr)
+            code = 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""``streaminfer-produce``: send inference requests to the requests topic.
+
+Sources:
+- ``digits``: the held-out split written by ``models/digits/build.py`` (one 1x64 FP32 row per record, labels known);
+- ``FILE.jsonl``: one OIP inference request object per line (its ``id``, if any, is kept);
+- ``FILE.npy``: an array ``[n, ...]``; each row becomes a one-row request for ``--input-name``.
+``--poison`` adds every kind of :mod:`producer_tools.poison` (for the digits model), interleaved.
+
+Each record gets a correlation ID ``<run-id>-<n>`` (header ``correlation_id``, the request ``id`` unless the
+JSONL line has one, and the record key). ``--manifest`` writes one JSON line per record:
+``{"correlation_id", "label"?, "expected_reason"?}``, which ``streaminfer-results`` matches against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+from aiokafka import AIOKafkaProducer
+from tqdm import tqdm
+
+from consumer.codec import CORRELATION_HEADER, encode_request
+from producer_tools.poison import catalogue
+
+DEFAULT_HELDOUT = Path(__file__).resolve().parent.parent / "models" / "digits" / "artifacts" / "heldout.npz"
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One request record to send and what we expect back.
+
+    Attributes:
+        correlation_id: the ID the answer must carry.
+        value: the record value (None for a tombstone).
+        label: the true class, when known (digits).
+        expected_reason: the dead-letter reason a poison record must get.
+    """
+
+    correlation_id: str
+    value: bytes | None
+    label: int | None = None
+    expected_reason: str | None = None
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest line for this record."""
+        entry: dict[str, Any] = {"correlation_id": self.correlation_id}
+        if self.label is not None:
+            entry["label"] = self.label
+        if self.expected_reason is not None:
+            entry["expected_reason"] = self.expected_reason
+        return entry
+
+
+def digits_requests(run_id: str, heldout: Path = DEFAULT_HELDOUT, limit: int | None = None) -> Iterator[Outgoing]:
+    """One request per held-out digit: input ``input`` FP32 ``[1, 64]``.
+
+    Raises:
+        FileNotFoundError: the model has not been built (``python models/digits/build.py``).
+    """
+    data = np.load(heldout)
+    x, y = data["x"], data["y"]
+    n = len(y) if limit is None else min(limit, len(y))
+    for i in range(n):
+        cid = f"{run_id}-{i:06d}"
+        yield Outgoing(cid, encode_request(cid, {"input": x[i : i + 1]}), label=int(y[i]))
+
+
+def jsonl_requests(run_id: str, path: Path, limit: int | None = None) -> Iterator[Outgoing]:
+    """One request per line of an OIP JSONL file; lines are sent as they are, an ``id`` is added if absent.
+
+    Raises:
+        ValueError: a line is not a JSON object.
+    """
+    with path.open("rb") as fh:
+        for i, line in enumerate(fh):
+            if limit is not None and i >= limit:
+                return
+            body = orjson.loads(line)
+            if not isinstance(body, dict):
+                raise ValueError(f"{path}:{i + 1}: not a JSON object")
+            cid = body.get("id") or f"{run_id}-{i:06d}"
+            body.setdefault("id", cid)
+            yield Outgoing(str(cid), orjson.dumps(body))
+
+
+def npy_requests(run_id: str, path: Path, input_name: str, limit: int | None = None) -> Iterator[Outgoing]:
+    """One one-row request per row of a ``.npy`` array ``[n, ...]``."""
+    arr = np.load(path)
+    n = len(arr) if limit is None else min(limit, len(arr))
+    for i in range(n):
+        cid = f"{run_id}-{i:06d}"
+        yield Outgoing(cid, encode_request(cid, {input_name: arr[i : i + 1]}))
+
+
+def poison_requests(run_id: str) -> list[Outgoing]:
+    """Every poison kind, with its expected reason."""
+    return [Outgoing(f"{run_id}-poison-{p.kind}", p.value, expected_reason=p.reason.value) for p in catalogue()]
+
+
+def interleave(good: list[Outgoing], bad: list[Outgoing]) -> list[Outgoing]:
+    """Spread ``bad`` evenly through ``good`` so poison records sit between valid neighbours."""
+    if not bad:
+        return good
+    step = max(1, len(good) // (len(bad) + 1))
+    out: list[Outgoing] = []
+    bad_iter = iter(bad)
+    for i, item in enumerate(good):
+        if i % step == step - 1:
+            poison = next(bad_iter, None)
+            if poison is not None:
+                out.append(poison)
+        out.append(item)
+    out.extend(bad_iter)
+    return out
+
+
+async def send_all(
+    bootstrap_servers: str, topic: str, records: Sequence[Outgoing], rate: float | None = None, progress: bool = True
+) -> None:
+    """Send ``records`` (key and header ``correlation_id`` = the correlation ID), paced at ``rate`` records/s if
+    given, and wait until the broker acknowledged every one.
+
+    Raises:
+        aiokafka.errors.KafkaError: a send failed.
+    """
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap_servers, client_id="streaminfer-produce", acks="all", linger_ms=5
+    )
+    await producer.start()
+    try:
+        futures = []
+        started = time.monotonic()
+        with tqdm(total=len(records), desc=f"produce -> {topic}", unit="rec", disable=not progress) as bar:
+            for i, rec in enumerate(records):
+                if rate:
+                    delay = started + i / rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                cid = rec.correlation_id.encode()
+                futures.append(
+                    await producer.send(topic, value=rec.value, key=cid, headers=[(CORRELATION_HEADER, cid)])
+                )
+                bar.update(1)
+            await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def build_records(args: argparse.Namespace) -> list[Outgoing]:
+    """The records an invocation sends, from its ``--source``, ``--limit`` and ``--poison`` flags."""
+    source: str = args.source
+    if source == "digits":
+        good = list(digits_requests(args.run_id, args.heldout, args.limit))
+    elif source.endswith(".jsonl"):
+        good = list(jsonl_requests(args.run_id, Path(source), args.limit))
+    elif source.endswith(".npy"):
+        good = list(npy_requests(args.run_id, Path(source), args.input_name, args.limit))
+    else:
+        raise SystemExit(f"streaminfer-produce: --source must be 'digits', a .jsonl or a .npy file, got {source!r}")
+    return interleave(good, poison_requests(args.run_id) if args.poison else [])
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    p = argparse.ArgumentParser(prog="streaminfer-produce", description=__doc__.split("\n\n")[0])
+    p.add_argument("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers")
+    p.add_argument("--topic", default="requests", help="requests topic")
+    p.add_argument("--source", default="digits", help="'digits', FILE.jsonl or FILE.npy")
+    p.add_argument("--heldout", type=Path, default=DEFAULT_HELDOUT, help="digits held-out split (.npz)")
+    p.add_argument("--input-name", default="input", help="model input name for .npy rows")
+    p.add_argument("--limit", type=int, default=None, help="send at most this many valid records")
+    p.add_argument("--poison", action="store_true", help="interleave every poison kind")
+    p.add_argument("--rate", type=float, default=None, help="records per second (default: as fast as possible)")
+    p.add_argument("--run-id", default=None, help="correlation ID prefix (default: random)")
+    p.add_argument("--manifest", type=Path, default=None, help="write the sent correlation IDs here (JSONL)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``streaminfer-produce``."""
+    args = parser().parse_args(argv)
+    if args.rate is not None and args.rate <= 0:
+        parser().error("--rate must be > 0")
+    args.run_id = args.run_id or uuid.uuid4().hex[:8]
+    records = build_records(args)
+    asyncio.run(send_all(args.bootstrap_servers, args.topic, records, args.rate, not args.no_progress))
+    if args.manifest:
+        args.manifest.write_bytes(b"".join(orjson.dumps(r.manifest()) + b"\n" for r in records))
+    print(f"produce: sent={len(records)} topic={args.topic} run_id={args.run_id}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
