@@ -1,0 +1,52 @@
+# streaminfer — the README's commands. `make help` lists them.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+MODEL  := models/digits/artifacts/digits.onnx
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv model demo test unit integration lint kafka-start kafka-stop clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streaminfer needs Python >= 3.11; set PYTHON=python3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,models]'
+	@touch $@
+
+venv: $(STAMP) ## create .venv and install streaminfer with the dev and models extras
+
+$(MODEL): models/digits/build.py $(STAMP)
+	$(PY) models/digits/build.py
+
+model: $(MODEL) ## build the digits ONNX model and its held-out split
+
+demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model, print one summary line
+	scripts/demo
+
+test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a real broker
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: $(STAMP) ## unit tests only (no Kafka, no ONNX session)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: $(STAMP) $(MODEL) ## integration tests only (real broker)
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff and mypy --strict
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+kafka-start: ## start the local KRaft broker (prints its bootstrap address)
+	scripts/kafka-local start
+
+kafka-stop: ## stop the local broker
+	scripts/kafka-local stop
+
+clean: ## remove the venv, built models and caches
+	rm -rf $(VENV) models/digits/artifacts .demo .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,80 @@
+"""Shared fixtures. The Kafka broker is found in this order:
+
+1. ``KAFKA_BOOTSTRAP_SERVERS`` if set (``.ci/run`` starts one and sets it);
+2. testcontainers' Kafka if a Docker engine answers;
+3. ``scripts/kafka-local`` (Apache Kafka's jars via Maven, on the JDK), started for the session.
+
+With ``CI=true`` a broker that cannot be had fails the tests that need one, with the reason; elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _no_broker(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        pytest.fail(f"no Kafka broker for integration tests: {reason}", pytrace=False)
+    pytest.skip(f"no Kafka broker: {reason}")
+
+
+def _docker_answers() -> bool:
+    if not os.environ.get("DOCKER_HOST") and not Path("/var/run/docker.sock").exists():
+        return False
+    import docker
+
+    client = None
+    try:
+        client = docker.from_env(timeout=3)
+        client.ping()
+    except Exception:  # noqa: BLE001 (any failure means: no usable engine)
+        return False
+    finally:
+        if client is not None:
+            client.close()
+    return True
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bootstrap address of a real broker for this test session."""
+    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if env:
+        yield env
+        return
+    if _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer().with_kraft() as kafka:
+            yield kafka.get_bootstrap_server()
+        return
+    state = tmp_path_factory.mktemp("kafka-local")
+    run_env = {**os.environ, "KAFKA_LOCAL_STATE": str(state)}
+    script = ROOT / "scripts" / "kafka-local"
+    started = subprocess.run(  # noqa: S603 (our own script)
+        [str(script), "start"], capture_output=True, text=True, env=run_env, timeout=300, check=False
+    )
+    if started.returncode != 0:
+        _no_broker(f"scripts/kafka-local start failed:\n{started.stderr[-2000:]}")
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([str(script), "stop"], env=run_env, timeout=60, check=False, capture_output=True)  # noqa: S603
+
+
+@pytest.fixture(scope="session")
+def digits_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Folder with digits.onnx, heldout.npz and metrics.json, built for this session by models/digits/build.py."""
+    out = tmp_path_factory.mktemp("digits")
+    subprocess.run(  # noqa: S603
+        [sys.executable, str(ROOT / "models" / "digits" / "build.py"), "--out", str(out)], check=True, timeout=300
+    )
+    return out

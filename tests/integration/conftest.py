@@ -1,0 +1,76 @@
+"""Integration fixtures: unique topics per test and an in-process consumer against the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from consumer.app import StreamInferApp
+from consumer.config import Settings
+from consumer.metrics import Metrics
+from consumer.runner import OnnxRunner
+from producer_tools.topics import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def topics(kafka_bootstrap: str) -> dict[str, str]:
+    """Fresh requests (4 partitions), results (4) and dead-letter (1) topics for one test."""
+    tag = uuid.uuid4().hex[:8]
+    names = {"requests": f"it-{tag}.requests", "results": f"it-{tag}.results", "dlq": f"it-{tag}.requests.dlq"}
+    append = {"message.timestamp.type": "LogAppendTime"}
+    await ensure_topics(
+        kafka_bootstrap,
+        {names["requests"]: 4, names["results"]: 4, names["dlq"]: 1},
+        configs={names["results"]: append, names["dlq"]: append},
+    )
+    return names
+
+
+AppFactory = Callable[..., Awaitable[StreamInferApp]]
+
+
+@pytest.fixture
+async def start_app(kafka_bootstrap: str, topics: dict[str, str], digits_model: Path) -> AsyncIterator[AppFactory]:
+    """Start a consumer in-process; ``await start_app(**setting_overrides)``. Stopped at teardown."""
+    started: list[StreamInferApp] = []
+    group = f"it-{uuid.uuid4().hex[:8]}"
+
+    async def factory(**overrides: Any) -> StreamInferApp:
+        values: dict[str, Any] = {
+            "bootstrap_servers": kafka_bootstrap,
+            "group_id": group,
+            "requests_topic": topics["requests"],
+            "results_topic": topics["results"],
+            "dead_letter_topic": topics["dlq"],
+            "model_path": digits_model / "digits.onnx",
+            "execution_provider": "cpu",
+            "http_port": 0,
+            "session_timeout_ms": 10_000,
+            "heartbeat_interval_ms": 1_000,
+            "shutdown_grace_s": 20,
+        }
+        values.update(overrides)
+        settings = Settings(**values)
+        runner = OnnxRunner.load(settings.model_path, execution_provider="cpu")
+        runner.warmup([1, settings.max_batch_size], 1)
+        app = StreamInferApp(settings, runner, Metrics(CollectorRegistry()))
+        await app.start()
+        started.append(app)
+        for _ in range(300):  # the group join takes a few seconds on a fresh broker
+            if app.joined:
+                break
+            await asyncio.sleep(0.1)
+        assert app.joined, "consumer did not join the group"
+        return app
+
+    yield factory
+    for app in started:
+        await app.stop()

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from consumer.batcher import MicroBatcher
+from tests.unit.conftest import FakeClock
+
+
+def make(clock: FakeClock, rows: int = 4, delay_ms: float = 5.0) -> MicroBatcher[str]:
+    return MicroBatcher(max_batch_rows=rows, max_batch_delay_ms=delay_ms, clock=clock)
+
+
+def test_count_flush_at_max_rows(clock: FakeClock) -> None:
+    b = make(clock, rows=4)
+    for i in range(3):
+        b.put(f"r{i}", 1)
+    assert b.pop_ready(clock()) is None
+    b.put("r3", 1)
+    assert b.pop_ready(clock()) == ["r0", "r1", "r2", "r3"]
+    assert b.pending_rows == 0
+
+
+def test_count_flush_counts_rows_not_records(clock: FakeClock) -> None:
+    b = make(clock, rows=4)
+    b.put("two", 2)
+    assert b.pop_ready(clock()) is None
+    b.put("three", 3)  # 5 rows pending: flush what fits, keep the rest
+    assert b.pop_ready(clock()) == ["two"]
+    assert b.pending_rows == 3
+
+
+def test_no_early_flush_before_deadline(clock: FakeClock) -> None:
+    b = make(clock, delay_ms=5)
+    b.put("a", 1)
+    clock.advance_ms(4.9)
+    assert b.pop_ready(clock()) is None
+    assert b.time_to_deadline(clock()) == pytest.approx(0.0001)
+
+
+def test_deadline_flush_of_oldest(clock: FakeClock) -> None:
+    b = make(clock, delay_ms=5)
+    b.put("a", 1)
+    clock.advance_ms(3)
+    b.put("b", 1)
+    clock.advance_ms(2)
+    assert b.pop_ready(clock()) == ["a", "b"]
+
+
+def test_shapes_kept_apart(clock: FakeClock) -> None:
+    b = make(clock, rows=2)
+    b.put("short-1", 1, key=(("x", (8,)),))
+    b.put("long-1", 1, key=(("x", (16,)),))
+    assert b.pop_ready(clock()) is None  # 2 rows pending, but in two groups
+    b.put("short-2", 1, key=(("x", (8,)),))
+    assert b.pop_ready(clock()) == ["short-1", "short-2"]
+    clock.advance_ms(5)
+    assert b.pop_ready(clock()) == ["long-1"]
+
+
+def test_oversized_item_flushed_alone(clock: FakeClock) -> None:
+    b = make(clock, rows=4)
+    b.put("small", 1)
+    b.put("huge", 10)
+    assert b.pop_ready(clock()) == ["small"]
+    assert b.pop_ready(clock()) == ["huge"]
+
+
+def test_close_flushes_everything_then_ends(clock: FakeClock) -> None:
+    b = make(clock, rows=4, delay_ms=1000)
+    b.put("a", 1)
+    b.close()
+    with pytest.raises(RuntimeError):
+        b.put("late", 1)
+    assert b.pop_ready(clock()) == ["a"]
+    assert b.pop_ready(clock()) is None
+
+
+def test_rejects_bad_limits(clock: FakeClock) -> None:
+    with pytest.raises(ValueError, match="max_batch_rows"):
+        MicroBatcher(0, 5, clock)
+    with pytest.raises(ValueError, match="max_batch_delay_ms"):
+        MicroBatcher(1, -1, clock)
+
+
+async def test_next_batch_wakes_on_full_group_without_waiting(clock: FakeClock) -> None:
+    b = make(clock, rows=2, delay_ms=60_000)
+    waiter = asyncio.create_task(b.next_batch())
+    await asyncio.sleep(0)  # let it block on the event
+    assert not waiter.done()
+    b.put("a", 1)
+    b.put("b", 1)
+    assert await asyncio.wait_for(waiter, timeout=5) == ["a", "b"]
+
+
+async def test_next_batch_returns_due_batch_after_clock_advances(clock: FakeClock) -> None:
+    b = make(clock, rows=64, delay_ms=5)
+    b.put("lone", 1)
+    clock.advance_ms(5)
+    assert await b.next_batch() == ["lone"]
+
+
+async def test_next_batch_none_when_closed_and_empty(clock: FakeClock) -> None:
+    b = make(clock)
+    b.close()
+    assert await b.next_batch() is None

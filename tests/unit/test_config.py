@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from consumer.__main__ import EXIT_CONFIG, main
+from consumer.config import load_settings
+from consumer.errors import ConfigError
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"not really onnx; settings only check that it is a file")
+    return path
+
+
+def test_defaults(model: Path) -> None:
+    s = load_settings(["--model-path", str(model)])
+    assert (s.max_batch_size, s.max_batch_delay_ms, s.requests_topic, s.dead_letter_topic) == (
+        64,
+        5.0,
+        "requests",
+        "requests.dlq",
+    )
+
+
+def test_env_then_flag_precedence(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMINFER_MAX_BATCH_SIZE", "16")
+    monkeypatch.setenv("STREAMINFER_MODEL_PATH", str(model))
+    assert load_settings([]).max_batch_size == 16
+    assert load_settings(["--max-batch-size", "8"]).max_batch_size == 8
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--max-batch-size", "0"], "max_batch_size"),
+        (["--max-batch-delay-ms", "-1"], "max_batch_delay_ms"),
+        (["--auto-offset-reset", "middle"], "auto_offset_reset"),
+        (["--results-topic", "requests"], "must differ"),
+    ],
+)
+def test_bad_value_names_the_setting(model: Path, flags: list[str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(["--model-path", str(model), *flags])
+
+
+def test_missing_model_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="model_path"):
+        load_settings(["--model-path", str(tmp_path / "absent.onnx")])
+
+
+def test_settings_are_frozen(model: Path) -> None:
+    s = load_settings(["--model-path", str(model)])
+    with pytest.raises(Exception, match="frozen"):
+        s.max_batch_size = 2  # type: ignore[misc]
+
+
+def test_main_exits_2_with_the_setting_named(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--model-path", str(model), "--max-batch-size", "0"]) == EXIT_CONFIG
+    assert "max_batch_size" in capsys.readouterr().err
