@@ -35,7 +35,7 @@ def _docker_answers() -> bool:
     try:
         client = docker.from_env(timeout=3)
         client.ping()
-    except Exception:  # noqa: BLE001 (any failure means: no usable engine)
+    except Exception:
         return False
     finally:
         if client is not None:
@@ -59,7 +59,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     state = tmp_path_factory.mktemp("kafka-local")
     run_env = {**os.environ, "KAFKA_LOCAL_STATE": str(state)}
     script = ROOT / "scripts" / "kafka-local"
-    started = subprocess.run(  # noqa: S603 (our own script)
+    started = subprocess.run(
         [str(script), "start"], capture_output=True, text=True, env=run_env, timeout=300, check=False
     )
     if started.returncode != 0:
@@ -67,14 +67,14 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield started.stdout.strip().splitlines()[-1]
     finally:
-        subprocess.run([str(script), "stop"], env=run_env, timeout=60, check=False, capture_output=True)  # noqa: S603
+        subprocess.run([str(script), "stop"], env=run_env, timeout=60, check=False, capture_output=True)
 
 
 @pytest.fixture(scope="session")
 def digits_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Folder with digits.onnx, heldout.npz and metrics.json, built for this session by models/digits/build.py."""
     out = tmp_path_factory.mktemp("digits")
-    subprocess.run(  # noqa: S603
+    subprocess.run(
         [sys.executable, str(ROOT / "models" / "digits" / "build.py"), "--out", str(out)], check=True, timeout=300
     )
     return out

@@ -27,7 +27,9 @@ def request(*inputs: dict[str, Any], **extra: Any) -> bytes:
     return orjson.dumps({"inputs": list(inputs), **extra})
 
 
-def inp(name: str = "input", shape: list[int] | None = None, datatype: str = "FP32", data: Any = None) -> dict[str, Any]:
+def inp(
+    name: str = "input", shape: list[int] | None = None, datatype: str = "FP32", data: Any = None
+) -> dict[str, Any]:
     return {
         "name": name,
         "shape": shape if shape is not None else [1, 64],

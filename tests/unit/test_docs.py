@@ -1,0 +1,41 @@
+"""The README documents every setting with its default and every dead-letter reason, so they cannot drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic_core import PydanticUndefined
+
+from consumer.config import Settings
+from consumer.errors import DeadLetterReason
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def _shown(default: object) -> str:
+    if default is PydanticUndefined:
+        return "(required)"
+    if default is None:
+        return "none"
+    if isinstance(default, bool):
+        return str(default).lower()
+    return str(default)
+
+
+@pytest.mark.parametrize("name", list(Settings.model_fields))
+def test_every_setting_in_readme_with_default(name: str) -> None:
+    field = Settings.model_fields[name]
+    row = f"| `{name}` | `--{name.replace('_', '-')}` | `{_shown(field.default)}` |"
+    assert row in README, f"README settings table lacks or misstates: {row}"
+
+
+@pytest.mark.parametrize("reason", list(DeadLetterReason))
+def test_every_dead_letter_reason_in_readme(reason: DeadLetterReason) -> None:
+    assert f"| `{reason.value}` |" in README
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    head = README[: README.index("## The record contract")]
+    assert "make demo" in head
+    assert "make test" in head
