@@ -290,7 +290,12 @@ class StreamInferApp:
                 )
                 continue
             response_id = work.correlation_id.decode("utf-8", "backslashreplace")
-            work.result = encode_response(response_id, self.runner.signature, chosen)
+            try:
+                work.result = encode_response(response_id, self.runner.signature, chosen)
+            except (KeyError, TypeError, ValueError) as exc:  # an output dtype OIP JSON cannot carry
+                work.error = InferenceError(
+                    DeadLetterReason.INFERENCE_ERROR, f"response cannot be encoded: {type(exc).__name__}: {exc}"
+                )
 
     # ----------------------------------------------------------------------------------------------- publish
     def _spawn_publish(self, items: list[Work]) -> None:
