@@ -5,9 +5,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 MODEL  := models/digits/artifacts/digits.onnx
 PYTEST_ARGS ?=
+IMAGE_TAG ?= 0.1.0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv model demo test unit integration lint kafka-start kafka-stop clean
+.PHONY: help venv model demo test unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -41,6 +42,20 @@ lint: $(STAMP) ## ruff and mypy --strict
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+docs: $(STAMP) ## regenerate the README settings table from consumer/config.py
+	$(PY) scripts/settings_table.py
+
+image-cpu: ## build the CPU image streaminfer:$(IMAGE_TAG)-cpu (needs a Docker engine)
+	docker build -f docker/cpu.Dockerfile -t streaminfer:$(IMAGE_TAG)-cpu .
+
+image-gpu: ## build the GPU image streaminfer:$(IMAGE_TAG)-gpu (needs a Docker engine)
+	docker build -f docker/gpu.Dockerfile -t streaminfer:$(IMAGE_TAG)-gpu .
+
+k8s: $(STAMP) ## render the cpu and gpu overlays into build/k8s-*.yaml
+	@mkdir -p build
+	$(VENV)/bin/kubectl kustomize k8s/overlays/cpu > build/k8s-cpu.yaml
+	$(VENV)/bin/kubectl kustomize k8s/overlays/gpu > build/k8s-gpu.yaml
 
 kafka-start: ## start the local KRaft broker (prints its bootstrap address)
 	scripts/kafka-local start

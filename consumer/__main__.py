@@ -21,9 +21,9 @@ from prometheus_client import CollectorRegistry
 from consumer.app import StreamInferApp
 from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError
-from consumer.health import serve
+from consumer.health import Probes, serve
 from consumer.metrics import Metrics
-from consumer.runner import OnnxRunner, describe
+from consumer.runner import CUDA, OnnxRunner, describe
 
 log = logging.getLogger("consumer")
 
@@ -53,40 +53,43 @@ def setup_logging(level: str, as_json: bool) -> None:
     logging.getLogger("aiokafka").setLevel(max(logging.getLevelName(level), logging.WARNING))
 
 
-async def serve_forever(settings: Settings, runner: OnnxRunner) -> int:
-    """Run the consumer until a signal; returns the exit code."""
-    metrics = Metrics(CollectorRegistry(auto_describe=True))
-    metrics.model.info({k: str(v) for k, v in describe(runner).items() if k != "inputs" and k != "outputs"})
-    app = StreamInferApp(settings, runner, metrics)
+async def serve_until_signal(app: StreamInferApp, probes: Probes) -> int:
+    """Run the consumer until SIGTERM/SIGINT; returns the exit code."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    httpd = None
-    if settings.http_port:
-        httpd = serve(
-            settings.http_host,
-            settings.http_port,
-            metrics.registry,
-            healthz=lambda: (app.failed is None, "ok" if app.failed is None else repr(app.failed)),
-            readyz=lambda: (app.ready, "ready" if app.ready else "warming up or joining the group"),
-        )
-    try:
-        code = await app.run(stop)
-    finally:
-        if httpd is not None:
-            httpd.shutdown()
-    return code
+    probes.loop = loop
+    probes.app = app
+    return await app.run(stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse, load, warm, serve. Returns the exit code (also used by the console script)."""
+    """Parse, start the endpoints, load, warm, serve. Returns the exit code (also used by the console script)."""
     try:
         settings = load_settings(sys.argv[1:] if argv is None else argv)
     except ConfigError as exc:
         print(f"streaminfer-consumer: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     setup_logging(settings.log_level, settings.log_json)
+    metrics = Metrics(CollectorRegistry(auto_describe=True))
+    probes = Probes(ready_gauge=metrics.ready)
+    httpd = None
+    if settings.http_port:
+        try:
+            httpd = serve(settings.http_host, settings.http_port, metrics.registry, probes.healthz, probes.readyz)
+        except OSError as exc:
+            log.error("http_port %s: cannot listen on %s: %s", settings.http_port, settings.http_host, exc)
+            return EXIT_CONFIG
+    try:
+        return _load_and_serve(settings, metrics, probes)
+    finally:
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+
+
+def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes) -> int:
     try:
         runner = OnnxRunner.load(
             settings.model_path,
@@ -103,8 +106,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 (warmup failure of any kind means we cannot serve)
         log.error("warmup failed: %r", exc)
         return EXIT_MODEL
-    log.info("serving %s", json.dumps(describe(runner)))
-    return asyncio.run(serve_forever(settings, runner))
+    summary = describe(runner)
+    log.info("serving %s", json.dumps(summary))
+    metrics.model.info({k: str(summary[k]) for k in ("model_name", "model_version", "provider")})
+    if runner.provider == CUDA and not metrics.track_gpu_memory(runner.device_id):
+        log.warning("CUDA is active but NVML is not available: streaminfer_gpu_memory_used_bytes is not exported")
+    probes.provider_ok = runner.provider == CUDA or not settings.require_gpu
+    probes.warm = True
+    app = StreamInferApp(settings, runner, metrics)
+    return asyncio.run(serve_until_signal(app, probes))
 
 
 if __name__ == "__main__":

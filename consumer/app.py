@@ -21,6 +21,7 @@ not committed and will be redelivered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +39,7 @@ from consumer.errors import DeadLetterReason, InferenceError, RecordError
 from consumer.metrics import Metrics
 from consumer.offsets import OffsetTracker, PartitionOffsets
 from consumer.runner import OnnxRunner, assemble, non_finite_outputs, split
+from consumer.security import kafka_security_kwargs
 from consumer.sink import RecordLike, Sink
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,7 @@ class StreamInferApp:
         self._clock = clock
         self._wall_clock = wall_clock
         self._limits = Limits(settings.max_record_bytes, settings.max_record_rows)
-        self._tracker = OffsetTracker()
+        self._tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self._batcher: MicroBatcher[Work] = MicroBatcher(settings.max_batch_size, settings.max_batch_delay_ms, clock)
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -99,6 +101,8 @@ class StreamInferApp:
         self._capacity = asyncio.Event()
         self._commit_wanted = asyncio.Event()
         self._stopping = False
+        self._last_progress = clock()
+        self._lag_total = 0
         self.joined = False
         self.failed: BaseException | None = None
 
@@ -110,8 +114,10 @@ class StreamInferApp:
             aiokafka.errors.KafkaError: the broker cannot be reached.
         """
         s = self.settings
+        security = kafka_security_kwargs(s)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streaminfer-ort")
         self._producer = AIOKafkaProducer(
+            **security,
             bootstrap_servers=s.bootstrap_servers,
             client_id=f"{s.client_id}-producer",
             acks="all",
@@ -124,6 +130,7 @@ class StreamInferApp:
             self._producer, results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id
         )
         self._consumer = AIOKafkaConsumer(
+            **security,
             bootstrap_servers=s.bootstrap_servers,
             group_id=s.group_id,
             client_id=f"{s.client_id}-consumer",
@@ -205,6 +212,22 @@ class StreamInferApp:
         """Warm (the runner is warmed before start), joined and not stopping."""
         return self.joined and not self._stopping and self.failed is None
 
+    def liveness(self) -> tuple[bool, str]:
+        """(alive, reason): False when a background task died, or when the consumer lags but has neither fetched
+        nor committed for ``stall_timeout_s``. Reads plain attributes only: safe from the HTTP thread."""
+        if self.failed is not None:
+            return False, f"background task failed: {self.failed!r}"
+        idle_s = self._clock() - self._last_progress
+        self.metrics.seconds_since_progress.set(idle_s)
+        if self._lag_total > 0 and idle_s > self.settings.stall_timeout_s:
+            return False, f"stalled: lag {self._lag_total} records, no fetch or commit for {idle_s:.0f} s"
+        return True, "ok"
+
+    @property
+    def lag(self) -> int:
+        """Sum of the per-partition lag last computed, records."""
+        return self._lag_total
+
     @property
     def in_flight_rows(self) -> int:
         """Rows fetched and not yet answered."""
@@ -220,6 +243,8 @@ class StreamInferApp:
                 self._capacity.clear()
                 await self._capacity.wait()
             fetched = await self._consumer.getmany(timeout_ms=s.fetch_timeout_ms, max_records=s.fetch_max_records)
+            if fetched:
+                self._last_progress = self._clock()
             dead: list[Work] = []
             for tp, records in fetched.items():
                 offsets = self._tracker.partition(tp)
@@ -242,6 +267,21 @@ class StreamInferApp:
                     self._batcher.put(work, request.rows, request.shape_key)
             if dead:
                 self._spawn_publish(dead)
+            self._update_lag()
+
+    def _update_lag(self) -> None:
+        """Lag per partition: the high watermark from the last fetch minus the first uncommitted offset."""
+        assert self._consumer is not None
+        total = 0
+        for tp, offsets in self._tracker.items():
+            highwater = self._consumer.highwater(tp)
+            position = offsets.unanswered_from
+            if highwater is None or position is None:
+                continue
+            lag = max(0, highwater - position)
+            total += lag
+            self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
+        self._lag_total = total
 
     def _work(self, rec: RecordLike, offsets: PartitionOffsets, request: DecodedRequest | None) -> Work:
         cid = correlation_id(
@@ -387,12 +427,17 @@ class StreamInferApp:
             return
         self._tracker.mark_committed(offsets)
         self.metrics.commits.inc()
+        self._last_progress = self._clock()
+        self._update_lag()
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         """Commit what is done for revoked partitions, then forget them (late answers are not committed)."""
         if revoked:
             await self._commit(set(revoked))
             self._tracker.forget(set(revoked))
+            for tp in revoked:
+                with contextlib.suppress(KeyError):
+                    self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
             log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:

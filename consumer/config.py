@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, CliApp, SettingsConfigDict
 
 from consumer.errors import ConfigError
@@ -53,6 +53,23 @@ class Settings(BaseSettings):
     producer_linger_ms: int = Field(1, ge=0, description="Producer linger before sending a produce request, ms.")
     producer_max_request_bytes: int = Field(1_048_576, ge=1024, description="Largest produce request, bytes.")
     commit_interval_ms: int = Field(200, ge=0, description="Least time between two offset commits, ms.")
+    # Kafka security (TLS, SASL). Secrets are SecretStr: never printed, never logged.
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Kafka security protocol."
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism for SASL_PLAINTEXT / SASL_SSL."
+    )
+    sasl_username: str | None = Field(None, description="SASL user name.")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (prefer sasl_password_file).")
+    sasl_password_file: Path | None = Field(None, description="File holding the SASL password (a mounted Secret).")
+    ssl_cafile: Path | None = Field(
+        None, description="PEM file of CA certificates that sign the brokers' certificates."
+    )
+    ssl_certfile: Path | None = Field(None, description="PEM client certificate for mutual TLS.")
+    ssl_keyfile: Path | None = Field(None, description="PEM private key of ssl_certfile.")
+    ssl_key_password: SecretStr | None = Field(None, description="Password of ssl_keyfile, if encrypted.")
+    ssl_check_hostname: bool = Field(True, description="Check the broker certificate's host name.")
     # Model and execution
     model_path: Path = Field(description="ONNX model file (required).")
     model_name: str | None = Field(
@@ -80,6 +97,9 @@ class Settings(BaseSettings):
     # Operations
     http_port: int = Field(9400, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz; 0 = disabled.")
     http_host: str = Field("0.0.0.0", description="Address the HTTP endpoints bind to.")  # noqa: S104 (a pod's port)
+    stall_timeout_s: float = Field(
+        120.0, gt=0, description="/healthz fails when lag > 0 and nothing was fetched or committed for this long, s."
+    )
     shutdown_grace_s: float = Field(25.0, gt=0, description="Budget to drain, publish and commit on SIGTERM, s.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_json: bool = Field(False, description="Log one JSON object per line.")
@@ -92,6 +112,22 @@ class Settings(BaseSettings):
             raise ValueError("requests_topic, results_topic and dead_letter_topic must differ")
         if not self.model_path.is_file():
             raise ValueError(f"model_path {str(self.model_path)!r} is not a file")
+        used = []  # files are checked only where the protocol uses them (a mounted Secret may be absent otherwise)
+        if self.security_protocol.endswith("SSL"):
+            used += ["ssl_cafile", "ssl_certfile", "ssl_keyfile"]
+        if self.security_protocol.startswith("SASL"):
+            used.append("sasl_password_file")
+        for name in used:
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name} {str(path)!r} is not a file")
+        if self.security_protocol.startswith("SASL"):
+            if not self.sasl_username:
+                raise ValueError(f"security_protocol={self.security_protocol} needs sasl_username")
+            if self.sasl_password is None and self.sasl_password_file is None:
+                raise ValueError("SASL needs sasl_password or sasl_password_file")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together")
         return self
 
 

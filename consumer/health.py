@@ -1,23 +1,96 @@
 """HTTP endpoints: ``/metrics`` (Prometheus text format), ``/healthz`` (liveness) and ``/readyz`` (readiness).
 
-Served by prometheus-client's own WSGI server in a daemon thread, so a busy event loop cannot hide the metrics.
-``/healthz`` answers 200 while the consumer's tasks are alive and the event loop has ticked recently;
-``/readyz`` answers 200 once warmup is done and the group has been joined. Bodies are short JSON.
+Served by a ``wsgiref`` server (prometheus-client's own ``ThreadingWSGIServer``) in a daemon thread, so a busy
+event loop cannot hide the metrics; the server is up before the model loads so probes answer during warmup.
+
+- ``/healthz`` 200 unless: a background task died; the event loop does not run a no-op within
+  ``LOOP_TIMEOUT_S``; or the consumer lags (lag > 0) yet has neither fetched nor committed for
+  ``stall_timeout_s``. Kubernetes restarts the pod on repeated failures.
+- ``/readyz`` 200 once warmup is done, the group has been joined, the required execution provider is active,
+  and the consumer is not stopping.
+
+Bodies are JSON ``{"ok": bool, "reason": str}``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+#: The endpoint paths (the Kubernetes probes and the ServiceMonitor name these; tests/unit/test_k8s.py checks).
+HEALTHZ_PATH = "/healthz"
+READYZ_PATH = "/readyz"
+METRICS_PATH = "/metrics"
+
+#: How long /healthz waits for the event loop to run a no-op, seconds.
+LOOP_TIMEOUT_S = 2.0
+
 Probe = Callable[[], tuple[bool, str]]
-"""Returns (ok, reason) for a probe; called from the HTTP thread, so it must only read plain attributes."""
+"""Returns (ok, reason); called from the HTTP thread."""
+
+
+class AppLike(Protocol):
+    """What the probes read from :class:`consumer.app.StreamInferApp`."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    def liveness(self) -> tuple[bool, str]: ...
+
+
+class Probes:
+    """Liveness and readiness of one consumer process, through its phases: loading, warm, serving, stopping.
+
+    Attributes:
+        warm: set once the model is loaded and warmed.
+        provider_ok: whether the required execution provider is active (False fails readiness).
+        app: the consumer, once created.
+        loop: the consumer's event loop, once running.
+
+    Args:
+        ready_gauge: a gauge (``streaminfer_ready``) that reports readiness as 0/1 at scrape time.
+    """
+
+    def __init__(self, ready_gauge: Gauge | None = None) -> None:
+        self.warm = False
+        self.provider_ok = True
+        self.app: AppLike | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        if ready_gauge is not None:
+            ready_gauge.set_function(lambda: float(self.readyz()[0]))
+
+    def healthz(self) -> tuple[bool, str]:
+        """Liveness: see the module docstring."""
+        if self.app is None or self.loop is None:
+            return True, "starting"
+        alive, reason = self.app.liveness()
+        if not alive:
+            return False, reason
+        try:
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop).result(timeout=LOOP_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            return False, f"event loop did not answer within {LOOP_TIMEOUT_S} s"
+        except RuntimeError as exc:  # loop closed
+            return False, f"event loop unavailable: {exc}"
+        return True, "ok"
+
+    def readyz(self) -> tuple[bool, str]:
+        """Readiness: see the module docstring."""
+        if not self.warm:
+            return False, "loading or warming up the model"
+        if not self.provider_ok:
+            return False, "the required execution provider is not active"
+        if self.app is None or not self.app.ready:
+            return False, "joining the consumer group, or stopping"
+        return True, "ready"
 
 
 def make_app(registry: CollectorRegistry, healthz: Probe, readyz: Probe) -> Callable[..., Iterable[bytes]]:
@@ -26,7 +99,7 @@ def make_app(registry: CollectorRegistry, healthz: Probe, readyz: Probe) -> Call
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
-        probe = {"/healthz": healthz, "/readyz": readyz}.get(path)
+        probe = {HEALTHZ_PATH: healthz, READYZ_PATH: readyz}.get(path)
         if probe is None:
             return metrics_app(environ, start_response)  # type: ignore[no-any-return]
         ok, reason = probe()
@@ -38,8 +111,8 @@ def make_app(registry: CollectorRegistry, healthz: Probe, readyz: Probe) -> Call
     return app
 
 
-def serve(host: str, port: int, registry: CollectorRegistry, healthz: Probe, readyz: Probe) -> Any:
-    """Start the endpoints on ``host:port`` in a daemon thread; returns the server (``shutdown()`` stops it).
+def serve(host: str, port: int, registry: CollectorRegistry, healthz: Probe, readyz: Probe) -> ThreadingWSGIServer:
+    """Start the endpoints on ``host:port`` in a daemon thread; ``shutdown()`` on the result stops them.
 
     Raises:
         OSError: the port is taken.
@@ -52,7 +125,7 @@ def serve(host: str, port: int, registry: CollectorRegistry, healthz: Probe, rea
 
 
 class _Quiet(WSGIRequestHandler):
-    """No access log per probe."""
+    """No access log line per probe."""
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

@@ -6,6 +6,8 @@ Units are in the names (``_seconds``, ``_rows``, ``_bytes``); labels come from f
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from consumer.errors import DeadLetterReason
@@ -74,8 +76,55 @@ class Metrics:
             "streaminfer_produce_retries", "Result or dead-letter writes retried after a failure.", registry=registry
         )
         self.rebalances = Counter("streaminfer_rebalances", "Partition assignments received.", registry=registry)
+        self.consumer_lag = Gauge(
+            "streaminfer_consumer_lag_records",
+            "Log end offset minus the group's committed offset, per assigned partition, records.",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self.seconds_since_progress = Gauge(
+            "streaminfer_seconds_since_progress",
+            "Time since records were last fetched or offsets last committed, seconds.",
+            registry=registry,
+        )
+        self.ready = Gauge("streaminfer_ready", "1 when /readyz answers 200.", registry=registry)
         self.model = Info("streaminfer_model", "Served model and active execution provider.", registry=registry)
+        self.gpu_memory_used_bytes = Gauge(
+            "streaminfer_gpu_memory_used_bytes",
+            "GPU memory in use on the device ONNX Runtime runs on (NVML), bytes. Absent on CPU.",
+            ["device"],
+            registry=registry,
+        )
         for outcome in OUTCOMES:
             self.records.labels(outcome)
         for reason in DeadLetterReason:
             self.dead_letters.labels(reason.value)
+
+    def track_gpu_memory(self, device_index: int, read_used_bytes: Callable[[], float] | None = None) -> bool:
+        """Report ``streaminfer_gpu_memory_used_bytes{device}`` at scrape time through NVML (nvidia-ml-py).
+
+        Args:
+            device_index: the CUDA device ONNX Runtime uses.
+            read_used_bytes: the reader (tests pass a fake); default NVML's ``nvmlDeviceGetMemoryInfo().used``.
+
+        Returns:
+            False when NVML is not available (no NVIDIA driver), True otherwise.
+        """
+        if read_used_bytes is None:
+            read_used_bytes = nvml_used_bytes_reader(device_index)
+            if read_used_bytes is None:
+                return False
+        self.gpu_memory_used_bytes.labels(str(device_index)).set_function(read_used_bytes)
+        return True
+
+
+def nvml_used_bytes_reader(device_index: int) -> Callable[[], float] | None:
+    """A function returning the device's used memory in bytes via NVML, or None when NVML cannot start."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+    except Exception:  # noqa: BLE001 (NVMLError, ImportError: no driver, no GPU)
+        return None
+    return lambda: float(pynvml.nvmlDeviceGetMemoryInfo(handle).used)

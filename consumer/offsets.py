@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
 class PartitionOffsets:
@@ -23,13 +26,14 @@ class PartitionOffsets:
     (next offset to read), or None when nothing has finished since the assignment.
     """
 
-    __slots__ = ("_done", "_order", "commit_position", "committed")
+    __slots__ = ("_done", "_order", "commit_position", "committed", "first_tracked")
 
     def __init__(self) -> None:
         self._order: deque[int] = deque()
         self._done: set[int] = set()
         self.commit_position: int | None = None
         self.committed: int | None = None
+        self.first_tracked: int | None = None
 
     def track(self, offset: int) -> None:
         """Register a fetched record.
@@ -41,6 +45,8 @@ class PartitionOffsets:
         if offset <= last:
             raise ValueError(f"offset {offset} tracked out of order (last {last})")
         self._order.append(offset)
+        if self.first_tracked is None:
+            self.first_tracked = offset
 
     def done(self, offset: int) -> None:
         """Mark a tracked record as answered; advances ``commit_position`` over the done prefix."""
@@ -50,6 +56,11 @@ class PartitionOffsets:
             first = order.popleft()
             done.discard(first)
             self.commit_position = first + 1
+
+    @property
+    def unanswered_from(self) -> int | None:
+        """The first offset of this assignment not yet committed (the group's position for lag), or None."""
+        return self.committed if self.committed is not None else self.first_tracked
 
     @property
     def pending(self) -> int:
@@ -62,23 +73,23 @@ class PartitionOffsets:
         return self.commit_position is not None and self.commit_position != self.committed
 
 
-class OffsetTracker:
+class OffsetTracker(Generic[K]):
     """Per-partition :class:`PartitionOffsets` for the partitions currently assigned.
 
     Keys are whatever identifies a partition (aiokafka's ``TopicPartition``).
     """
 
     def __init__(self) -> None:
-        self._partitions: dict[Hashable, PartitionOffsets] = {}
+        self._partitions: dict[K, PartitionOffsets] = {}
 
-    def partition(self, tp: Hashable) -> PartitionOffsets:
+    def partition(self, tp: K) -> PartitionOffsets:
         """The tracker of ``tp``'s current assignment, created on first use."""
         offsets = self._partitions.get(tp)
         if offsets is None:
             offsets = self._partitions[tp] = PartitionOffsets()
         return offsets
 
-    def committable(self, only: set[Hashable] | None = None) -> dict[Hashable, int]:
+    def committable(self, only: set[K] | None = None) -> dict[K, int]:
         """``{tp: commit_position}`` for partitions whose position moved since their last commit."""
         return {
             tp: p.commit_position
@@ -86,14 +97,18 @@ class OffsetTracker:
             if p.needs_commit and p.commit_position is not None and (only is None or tp in only)
         }
 
-    def mark_committed(self, offsets: dict[Hashable, int]) -> None:
+    def mark_committed(self, offsets: dict[K, int]) -> None:
         """Record a successful commit of ``offsets``."""
         for tp, position in offsets.items():
             p = self._partitions.get(tp)
             if p is not None:
                 p.committed = position
 
-    def forget(self, tps: set[Hashable]) -> None:
+    def items(self) -> list[tuple[K, PartitionOffsets]]:
+        """(partition, tracker) pairs of the current assignment."""
+        return list(self._partitions.items())
+
+    def forget(self, tps: set[K]) -> None:
         """Drop revoked partitions; their detached trackers ignore late completions."""
         for tp in tps:
             self._partitions.pop(tp, None)

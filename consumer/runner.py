@@ -37,12 +37,16 @@ class OnnxRunner:
         session: an ``onnxruntime.InferenceSession`` (or a fake with the same ``run``).
         signature: the model's inputs and outputs; axis 0 of every input and output is the batch axis.
         provider: the execution provider actually active (``CUDAExecutionProvider``, ``CPUExecutionProvider``).
+        device_id: the CUDA device index when ``provider`` is CUDA.
     """
 
-    def __init__(self, session: SessionLike, signature: ModelSignature, provider: str = CPU) -> None:
+    def __init__(
+        self, session: SessionLike, signature: ModelSignature, provider: str = CPU, device_id: int = 0
+    ) -> None:
         self.session = session
         self.signature = signature
         self.provider = provider
+        self.device_id = device_id
         self._output_names = list(signature.output_names)
 
     @classmethod
@@ -102,8 +106,9 @@ class OnnxRunner:
             inputs=inputs,
             outputs=outputs,
         )
+        device_id = int(session.get_provider_options().get(active, {}).get("device_id", 0))
         log.info("model %s v%s loaded on %s", signature.name, signature.version, active)
-        return cls(session, signature, active)
+        return cls(session, signature, active, device_id)
 
     def run(self, feeds: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         """Run one batch. Blocking; call from the inference thread.

@@ -5,28 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic_core import PydanticUndefined
 
 from consumer.config import Settings
 from consumer.errors import DeadLetterReason
+from scripts.settings_table import shown
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-
-
-def _shown(default: object) -> str:
-    if default is PydanticUndefined:
-        return "(required)"
-    if default is None:
-        return "none"
-    if isinstance(default, bool):
-        return str(default).lower()
-    return str(default)
 
 
 @pytest.mark.parametrize("name", list(Settings.model_fields))
 def test_every_setting_in_readme_with_default(name: str) -> None:
     field = Settings.model_fields[name]
-    row = f"| `{name}` | `--{name.replace('_', '-')}` | `{_shown(field.default)}` |"
+    row = f"| `{name}` | `--{name.replace('_', '-')}` | `{shown(field.default)}` |"
     assert row in README, f"README settings table lacks or misstates: {row}"
 
 

@@ -1,0 +1,45 @@
+"""Kafka client security: TLS and SASL (PLAIN, SCRAM-SHA-256/512) arguments for aiokafka, from the settings.
+
+Secrets are read here, at start-up, from ``sasl_password`` (environment ``STREAMINFER_SASL_PASSWORD``) or
+``sasl_password_file`` (a mounted Kubernetes Secret), and handed to the client only; they are never logged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka.helpers import create_ssl_context
+
+from consumer.config import Settings
+
+
+def kafka_security_kwargs(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for ``AIOKafkaConsumer`` / ``AIOKafkaProducer`` / ``AIOKafkaAdminClient``.
+
+    Raises:
+        OSError: a certificate, key or password file cannot be read.
+        ssl.SSLError: a certificate or key is invalid, or the key password is wrong.
+    """
+    kwargs: dict[str, Any] = {"security_protocol": settings.security_protocol}
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        key_password = settings.ssl_key_password.get_secret_value() if settings.ssl_key_password else None
+        context = create_ssl_context(
+            cafile=settings.ssl_cafile,
+            certfile=settings.ssl_certfile,
+            keyfile=settings.ssl_keyfile,
+            password=key_password,
+        )
+        context.check_hostname = settings.ssl_check_hostname
+        kwargs["ssl_context"] = context
+    if settings.security_protocol.startswith("SASL"):
+        if settings.sasl_password is not None:  # an explicit password wins over the file
+            password = settings.sasl_password.get_secret_value()
+        else:
+            assert settings.sasl_password_file is not None  # enforced by Settings
+            password = settings.sasl_password_file.read_text().strip()
+        kwargs.update(
+            sasl_mechanism=settings.sasl_mechanism,
+            sasl_plain_username=settings.sasl_username,
+            sasl_plain_password=password,
+        )
+    return kwargs
