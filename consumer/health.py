@@ -74,11 +74,15 @@ class Probes:
         alive, reason = self.app.liveness()
         if not alive:
             return False, reason
+        if self.loop.is_closed():
+            return False, "event loop closed"
+        noop = asyncio.sleep(0)
         try:
-            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop).result(timeout=LOOP_TIMEOUT_S)
+            asyncio.run_coroutine_threadsafe(noop, self.loop).result(timeout=LOOP_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
             return False, f"event loop did not answer within {LOOP_TIMEOUT_S} s"
-        except RuntimeError as exc:  # loop closed
+        except RuntimeError as exc:  # closed between the check and the call
+            noop.close()
             return False, f"event loop unavailable: {exc}"
         return True, "ok"
 
