@@ -24,6 +24,7 @@ from consumer.errors import ConfigError, ModelError
 from consumer.health import Probes, serve
 from consumer.metrics import Metrics
 from consumer.runner import CUDA, OnnxRunner, describe
+from consumer.security import secret_values
 
 log = logging.getLogger("consumer")
 
@@ -43,9 +44,29 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def setup_logging(level: str, as_json: bool) -> None:
-    """Log to stderr, as text or one JSON object per line."""
+class RedactSecrets(logging.Filter):
+    """Replaces every known secret in a log record's message with ``***`` (defence in depth: a library that
+    logs its wire bytes at DEBUG, as aiokafka does for SASL PLAIN, cannot leak a password through our handler)."""
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        super().__init__()
+        self._secrets = [s for s in secrets if s]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._secrets:
+            message = record.getMessage()
+            redacted = message
+            for secret in self._secrets:
+                redacted = redacted.replace(secret, "***")
+            if redacted != message:
+                record.msg, record.args = redacted, None
+        return True
+
+
+def setup_logging(level: str, as_json: bool, secrets: Sequence[str] = ()) -> None:
+    """Log to stderr, as text or one JSON object per line, with ``secrets`` redacted from every message."""
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RedactSecrets(secrets))
     handler.setFormatter(
         _JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
@@ -71,7 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"streaminfer-consumer: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    setup_logging(settings.log_level, settings.log_json)
+    try:
+        secrets = secret_values(settings)
+    except OSError as exc:
+        print(f"streaminfer-consumer: sasl_password_file: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    setup_logging(settings.log_level, settings.log_json, secrets)
     metrics = Metrics(CollectorRegistry(auto_describe=True))
     probes = Probes(ready_gauge=metrics.ready)
     httpd = None

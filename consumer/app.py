@@ -125,7 +125,12 @@ class StreamInferApp:
             linger_ms=s.producer_linger_ms,
             max_request_size=s.producer_max_request_bytes,
         )
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except BaseException:
+            await self._producer.stop()  # a failed start leaves open connections behind
+            self._executor.shutdown(wait=False)
+            raise
         self._sink = Sink(
             self._producer, results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id
         )
@@ -144,7 +149,9 @@ class StreamInferApp:
         try:
             await self._consumer.start()
         except BaseException:
+            await self._consumer.stop()
             await self._producer.stop()
+            self._executor.shutdown(wait=False)
             raise
         self._tasks = [
             asyncio.create_task(self._fetch_loop(), name="streaminfer-fetch"),

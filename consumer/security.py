@@ -13,6 +13,22 @@ from aiokafka.helpers import create_ssl_context
 from consumer.config import Settings
 
 
+def secret_values(settings: Settings) -> list[str]:
+    """Every secret the settings hold (SASL password, from the file too; TLS key password), for log redaction.
+
+    Raises:
+        OSError: ``sasl_password_file`` is set, used, and unreadable.
+    """
+    values = []
+    if settings.sasl_password is not None:
+        values.append(settings.sasl_password.get_secret_value())
+    if settings.sasl_password_file is not None and settings.security_protocol.startswith("SASL"):
+        values.append(settings.sasl_password_file.read_text().strip())
+    if settings.ssl_key_password is not None:
+        values.append(settings.ssl_key_password.get_secret_value())
+    return [v for v in values if v]
+
+
 def kafka_security_kwargs(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for ``AIOKafkaConsumer`` / ``AIOKafkaProducer`` / ``AIOKafkaAdminClient``.
 

@@ -78,3 +78,27 @@ def digits_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, str(ROOT / "models" / "digits" / "build.py"), "--out", str(out)], check=True, timeout=300
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A second local broker with TLS and SASL_SSL listeners (``KAFKA_LOCAL_SECURITY=1 scripts/kafka-local``).
+
+    Yields ``security.env`` as a dict (KAFKA_LOCAL_SSL_BOOTSTRAP, KAFKA_LOCAL_SASL_SSL_BOOTSTRAP,
+    KAFKA_LOCAL_CA_FILE, KAFKA_LOCAL_SASL_USERNAME, KAFKA_LOCAL_SASL_PASSWORD) plus PLAINTEXT_BOOTSTRAP.
+    """
+    state = tmp_path_factory.mktemp("kafka-secure")
+    run_env = {**os.environ, "KAFKA_LOCAL_STATE": str(state), "KAFKA_LOCAL_SECURITY": "1"}
+    script = ROOT / "scripts" / "kafka-local"
+    started = subprocess.run(
+        [str(script), "start"], capture_output=True, text=True, env=run_env, timeout=300, check=False
+    )
+    if started.returncode != 0:
+        _no_broker(f"KAFKA_LOCAL_SECURITY=1 scripts/kafka-local start failed:\n{started.stderr[-2000:]}")
+    try:
+        lines = (state / "security.env").read_text().splitlines()
+        env = dict(line.split("=", 1) for line in lines if "=" in line)
+        env["PLAINTEXT_BOOTSTRAP"] = started.stdout.strip().splitlines()[-1]
+        yield env
+    finally:
+        subprocess.run([str(script), "stop"], env=run_env, timeout=60, check=False, capture_output=True)
