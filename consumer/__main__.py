@@ -4,7 +4,7 @@ Reads settings (flags and ``STREAMINFER_*``), loads and warms the model, serves 
 ``/readyz``, then consumes until SIGTERM or SIGINT.
 
 Exit codes: 0 clean stop; 1 a background task failed (the orchestrator should restart us); 2 bad settings;
-3 the model cannot be served.
+3 the model cannot be served; 4 the Kafka cluster cannot be reached or refuses us at start-up.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from consumer.app import StreamInferApp
@@ -28,7 +29,7 @@ from consumer.security import secret_values
 
 log = logging.getLogger("consumer")
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_MODEL = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_MODEL, EXIT_KAFKA = 0, 1, 2, 3, 4
 
 
 class _JsonFormatter(logging.Formatter):
@@ -82,7 +83,11 @@ async def serve_until_signal(app: StreamInferApp, probes: Probes) -> int:
         loop.add_signal_handler(sig, stop.set)
     probes.loop = loop
     probes.app = app
-    return await app.run(stop)
+    try:
+        return await app.run(stop)
+    except KafkaError as exc:
+        log.error("cannot start on bootstrap_servers=%s: %r", app.settings.bootstrap_servers, exc)
+        return EXIT_KAFKA
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,7 +135,7 @@ def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes) -> int
         log.error("model cannot be served: %s", exc)
         return EXIT_MODEL
     except Exception as exc:  # noqa: BLE001 (warmup failure of any kind means we cannot serve)
-        log.error("warmup failed: %r", exc)
+        log.error("warmup at batch sizes 1 and max_batch_size=%d failed: %r", settings.max_batch_size, exc)
         return EXIT_MODEL
     summary = describe(runner)
     log.info("serving %s", json.dumps(summary))

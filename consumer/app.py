@@ -24,13 +24,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
 from consumer.batcher import MicroBatcher
 from consumer.codec import DecodedRequest, Limits, correlation_id, decode_request, encode_response
@@ -44,9 +44,24 @@ from consumer.sink import RecordLike, Sink
 
 log = logging.getLogger(__name__)
 
+#: Producer errors that mean "this record is too large": retrying the same bytes can never succeed.
+TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError)
+
+#: Longest correlation ID written to a log line, bytes (longer ones are cut and marked).
+MAX_LOGGED_ID_BYTES = 128
+
 #: First and largest pause between retries of a failed result or dead-letter write, seconds.
 RETRY_BACKOFF_FIRST_S = 0.1
 RETRY_BACKOFF_MAX_S = 5.0
+#: Longest wait for each of the final commit, leaving the group and closing the producer, seconds.
+SHUTDOWN_STEP_TIMEOUT_S = 10.0
+
+
+def loggable(correlation_id: bytes) -> str:
+    """A correlation ID for a log line: repr of at most MAX_LOGGED_ID_BYTES bytes."""
+    if len(correlation_id) <= MAX_LOGGED_ID_BYTES:
+        return repr(correlation_id)
+    return f"{correlation_id[:MAX_LOGGED_ID_BYTES]!r}...({len(correlation_id)} bytes)"
 
 
 @dataclass(slots=True)
@@ -61,6 +76,7 @@ class Work:
     result: bytes | None = None
     enqueued_at: float = 0.0  # clock() seconds
     rows: int = field(default=0)
+    reduced: bool = False  # the full dead letter was too large: write the reduced one
 
 
 class StreamInferApp:
@@ -193,13 +209,25 @@ class StreamInferApp:
             task.cancel()
         await asyncio.gather(*[t for t in (batch, commit) if t is not None], *self._publishing, return_exceptions=True)
         if self._consumer is not None:
-            await self._commit()
-            await self._consumer.stop()
+            await self._quietly("final commit", self._commit())
+            await self._quietly("leaving the group", self._consumer.stop())
         if self._producer is not None:
-            await self._producer.stop()
+            await self._quietly("closing the producer", self._producer.stop())
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
         log.info("stopped")
+
+    async def _quietly(self, what: str, step: Awaitable[None]) -> None:
+        """Run a shutdown step with a time limit; a broker that is gone must not turn a stop into a crash."""
+        try:
+            await asyncio.wait_for(step, timeout=SHUTDOWN_STEP_TIMEOUT_S)
+        except (KafkaError, TimeoutError, OSError) as exc:
+            log.warning("%s failed during shutdown: %r", what, exc)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being cancelled ourselves
+            log.warning("%s was cancelled inside the Kafka client during shutdown", what)
 
     async def _drain(self, batch: asyncio.Task[None] | None) -> None:
         if batch is not None:
@@ -320,7 +348,7 @@ class StreamInferApp:
         except InferenceError as err:
             if len(batch) == 1:
                 batch[0].error = err
-                log.warning("inference failed for correlation_id=%r: %s", batch[0].correlation_id, err)
+                log.warning("inference failed for correlation_id=%s: %s", loggable(batch[0].correlation_id), err)
             else:
                 for work in batch:
                     await self._infer([work])
@@ -360,8 +388,12 @@ class StreamInferApp:
             failed: list[Work] = []
             now_ms = self._wall_clock() * 1000.0
             for work, ack in zip(pending, acks, strict=True):
+                if isinstance(ack, TOO_LARGE):  # the broker refused the size: never retry the same record
+                    self._shrink(work, ack)
+                    failed.append(work)
+                    continue
                 if isinstance(ack, BaseException):
-                    log.warning("write for correlation_id=%r failed, retrying: %r", work.correlation_id, ack)
+                    log.warning("write for correlation_id=%s failed, retrying: %r", loggable(work.correlation_id), ack)
                     failed.append(work)
                     continue
                 work.offsets.done(work.record.offset)
@@ -371,8 +403,8 @@ class StreamInferApp:
                     self.metrics.records.labels("dead_letter").inc()
                     self.metrics.dead_letters.labels(work.error.reason.value).inc()
                     log.warning(
-                        "dead-lettered correlation_id=%r reason=%s: %s",
-                        work.correlation_id,
+                        "dead-lettered correlation_id=%s reason=%s: %s",
+                        loggable(work.correlation_id),
                         work.error.reason.value,
                         work.error,
                     )
@@ -396,19 +428,34 @@ class StreamInferApp:
             if work.error is None and work.result is not None:
                 try:
                     return await self._sink.send_result(work.record, work.correlation_id, work.result)
-                except MessageSizeTooLargeError as exc:
-                    work.error = RecordError(
-                        DeadLetterReason.RESULT_TOO_LARGE, f"response of {len(work.result)} bytes: {exc}"
-                    )
-                    work.result = None
+                except TOO_LARGE as exc:
+                    self._shrink(work, exc)
             if work.error is None:  # unreachable by construction: every item gets a result or an error
                 work.error = RecordError(DeadLetterReason.INFERENCE_ERROR, "no result was produced")
             error = work.error
-            return await self._sink.send_dead_letter(work.record, work.correlation_id, error.reason, error)
+            if not work.reduced:
+                try:
+                    return await self._sink.send_dead_letter(work.record, work.correlation_id, error.reason, error)
+                except TOO_LARGE:
+                    work.reduced = True
+            return await self._sink.send_dead_letter(
+                work.record, work.correlation_id, error.reason, error, reduced=True
+            )
         except KafkaError as exc:
             failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
             return failed
+
+    @staticmethod
+    def _shrink(work: Work, exc: BaseException) -> None:
+        """A write was too large: a result becomes a result_too_large dead letter, a dead letter a reduced one."""
+        if work.error is None and work.result is not None:
+            work.error = RecordError(
+                DeadLetterReason.RESULT_TOO_LARGE, f"response of {len(work.result)} bytes: {exc!r}"
+            )
+            work.result = None
+        else:
+            work.reduced = True
 
     # ----------------------------------------------------------------------------------------------- commit
     async def _commit_loop(self) -> None:
@@ -439,6 +486,7 @@ class StreamInferApp:
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         """Commit what is done for revoked partitions, then forget them (late answers are not committed)."""
+        self.joined = False  # not ready while the group rebalances
         if revoked:
             await self._commit(set(revoked))
             self._tracker.forget(set(revoked))

@@ -127,10 +127,12 @@ def decode_request(value: bytes | None, signature: ModelSignature, limits: Limit
     if missing:
         raise ValidationError(R.MISSING_INPUT, f"model input {missing[0]!r} is missing")
 
+    # numpy turns JSON true/false into 1/0 next to numbers; look for them only when the bytes could hold one.
+    may_hold_booleans = b"true" in value or b"false" in value
     arrays: dict[str, np.ndarray] = {}
     rows: int | None = None
     for spec in signature.inputs:
-        arr = _to_array(spec, by_name[spec.name], limits)
+        arr = _to_array(spec, by_name[spec.name], limits, may_hold_booleans)
         if rows is None:
             rows = arr.shape[0]
         elif arr.shape[0] != rows:
@@ -161,11 +163,26 @@ def _requested_outputs(raw: object, signature: ModelSignature) -> tuple[str, ...
     if not isinstance(raw, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in raw):
         raise DecodeError(R.INVALID_REQUEST, "'outputs' must be a list of objects with a string 'name'")
     names = tuple(o["name"] for o in raw)
+    if not names:
+        raise DecodeError(R.INVALID_REQUEST, "'outputs' is empty; leave it out to get every output")
+    if len(set(names)) != len(names):
+        raise DecodeError(R.INVALID_REQUEST, "'outputs' names an output twice")
     known = set(signature.output_names)
     for name in names:
         if name not in known:
             raise ValidationError(R.UNKNOWN_OUTPUT, f"model has no output {name!r}")
     return names
+
+
+def _holds_boolean(data: list[Any]) -> bool:
+    stack: list[Any] = [data]
+    while stack:
+        for v in stack.pop():
+            if v is True or v is False:
+                return True
+            if isinstance(v, list):
+                stack.append(v)
+    return False
 
 
 def _castable(declared: np.dtype[Any], target: np.dtype[Any]) -> bool:
@@ -178,7 +195,7 @@ def _castable(declared: np.dtype[Any], target: np.dtype[Any]) -> bool:
     return dk == "f" and tk == "f"  # float width change (range checked)
 
 
-def _to_array(spec: TensorSpec, item: Mapping[str, Any], limits: Limits) -> np.ndarray:
+def _to_array(spec: TensorSpec, item: Mapping[str, Any], limits: Limits, may_hold_booleans: bool) -> np.ndarray:
     name: str = item["name"]
     shape: list[int] = item["shape"]
     datatype: str = item["datatype"]
@@ -205,9 +222,15 @@ def _to_array(spec: TensorSpec, item: Mapping[str, Any], limits: Limits) -> np.n
             R.TOO_LARGE, f"input {name!r}: {shape[0]} rows; max_record_rows is {limits.max_record_rows}"
         )
 
+    if may_hold_booleans and declared.kind != "b" and _holds_boolean(item["data"]):
+        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: data holds booleans, declared {_oip(declared)}")
     try:
         arr = np.array(item["data"])
-    except (ValueError, TypeError):
+    except (ValueError, TypeError) as exc:
+        if "maximum number of dimension" in str(exc):
+            raise ValidationError(
+                R.SHAPE_MISMATCH, f"input {name!r}: data is nested deeper than rank {len(shape)}"
+            ) from None
         raise ValidationError(R.RAGGED, f"input {name!r}: nested data is ragged") from None
     except OverflowError:
         raise ValidationError(R.OUT_OF_RANGE, f"input {name!r}: an integer exceeds 64 bits") from None

@@ -8,16 +8,20 @@ Precedence: CLI flag > environment variable > ``.env``-free default. Every name 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, CliApp, SettingsConfigDict
 
 from consumer.errors import ConfigError
 
 ENV_PREFIX = "STREAMINFER_"
+#: Upper bound of max_batch_size and max_record_rows, rows: a batch must fit in memory next to its copies.
+MAX_ROWS_LIMIT = 65_536
+_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
 
 
 class Settings(BaseSettings):
@@ -85,24 +89,41 @@ class Settings(BaseSettings):
     intra_op_threads: int = Field(0, ge=0, description="ORT intra-op threads; 0 = ORT's default.")
     warmup_runs: int = Field(3, ge=0, description="Warm-up runs at batch 1 and at max_batch_size before joining, runs.")
     # Batching and limits
-    max_batch_size: int = Field(64, ge=1, description="Flush a micro-batch at this many rows, rows.")
+    max_batch_size: int = Field(64, ge=1, le=MAX_ROWS_LIMIT, description="Flush a micro-batch at this many rows, rows.")
     max_batch_delay_ms: float = Field(
-        5.0, ge=0, description="Flush when the oldest pending record waited this long, ms."
+        5.0, ge=0, allow_inf_nan=False, description="Flush when the oldest pending record waited this long, ms."
     )
     max_in_flight_rows: int = Field(
         4096, ge=1, description="Rows fetched but not yet answered before fetching pauses, rows."
     )
     max_record_bytes: int = Field(1_048_576, ge=1, description="Largest accepted request value, bytes.")
-    max_record_rows: int = Field(1024, ge=1, description="Largest accepted shape[0] of one request, rows.")
+    max_record_rows: int = Field(
+        1024, ge=1, le=MAX_ROWS_LIMIT, description="Largest accepted shape[0] of one request, rows."
+    )
     # Operations
     http_port: int = Field(9400, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz; 0 = disabled.")
     http_host: str = Field("0.0.0.0", description="Address the HTTP endpoints bind to.")  # noqa: S104 (a pod's port)
     stall_timeout_s: float = Field(
-        120.0, gt=0, description="/healthz fails when lag > 0 and nothing was fetched or committed for this long, s."
+        120.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="/healthz fails when lag > 0 and nothing was fetched or committed for this long, s.",
     )
-    shutdown_grace_s: float = Field(25.0, gt=0, description="Budget to drain, publish and commit on SIGTERM, s.")
+    shutdown_grace_s: float = Field(
+        25.0, gt=0, allow_inf_nan=False, description="Budget to drain, publish and commit on SIGTERM, s."
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_json: bool = Field(False, description="Log one JSON object per line.")
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_ports(cls, value: str) -> str:
+        servers = [v.strip() for v in value.split(",")]
+        for server in servers:
+            match = _HOST_PORT.match(server)
+            if match is None or not 0 < int(match.group(2)) < 65536:
+                raise ValueError(f"{server!r} is not host:port (e.g. 127.0.0.1:9092)")
+        return ",".join(servers)
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

@@ -78,8 +78,8 @@ class OnnxRunner:
             if CUDA not in available:
                 raise ModelError(f"execution_provider=cuda: this onnxruntime offers only {available}")
             providers = [CUDA, CPU]
-        else:
-            providers = [CUDA, CPU] if CUDA in available else [CPU]
+        else:  # auto: CUDA only where a GPU is really present, so CPU machines start without CUDA load errors
+            providers = [CUDA, CPU] if CUDA in available and gpu_count() > 0 else [CPU]
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -153,6 +153,20 @@ class OnnxRunner:
             }
             for _ in range(runs):
                 self.run(feeds, rows)
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs visible through NVML (nvidia-ml-py); 0 without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 (NVMLError, ImportError: no driver, no library)
+        return 0
 
 
 def assemble(requests: Sequence[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:

@@ -6,7 +6,8 @@ Result record: key = the request's key; value = OIP inference response (JSON); h
     content-type                        application/json
     streaminfer.request.timestamp_ms    the request record's timestamp, ms since the epoch (decimal text)
 
-Dead-letter record: the request's key, value and headers unchanged, followed by these headers (decimal text
+Dead-letter record: the request's key, value and headers unchanged (null header values stay null), followed by
+these headers (decimal text
 for numbers; the ``__connect.errors.*`` names are Kafka Connect's, so existing DLQ tooling reads them)::
 
     correlation_id                          the correlation ID (also when the request had none: topic:partition:offset)
@@ -18,6 +19,10 @@ for numbers; the ``__connect.errors.*`` names are Kafka Connect's, so existing D
     __connect.errors.offset                 source offset
     streaminfer.source.timestamp_ms         source record timestamp, ms since the epoch
     streaminfer.consumer.group              consumer group id
+
+When that record would exceed the producer's max request size, a *reduced* dead letter is written instead: no
+value (header ``streaminfer.error.original_value_bytes`` gives its size) and header values cut to 1024 bytes, so
+a poison record can never block its partition.
 
 Produces go through one idempotent producer with ``acks=all`` (configured by the app).
 """
@@ -31,7 +36,7 @@ from typing import Any, Protocol
 from consumer.codec import CORRELATION_HEADER
 from consumer.errors import DeadLetterReason
 
-Headers = list[tuple[str, bytes]]
+Headers = list[tuple[str, bytes | None]]
 
 REASON_HEADER = "streaminfer.error.reason"
 MESSAGE_HEADER = "__connect.errors.exception.message"
@@ -43,8 +48,12 @@ TIMESTAMP_HEADER = "streaminfer.source.timestamp_ms"
 GROUP_HEADER = "streaminfer.consumer.group"
 REQUEST_TIMESTAMP_HEADER = "streaminfer.request.timestamp_ms"
 
+VALUE_DROPPED_HEADER = "streaminfer.error.original_value_bytes"
+
 #: Longest message written to a dead letter's message header, characters.
 MAX_MESSAGE_CHARS = 1000
+#: In a reduced dead letter (the full one is too large to produce), each header value is cut to this, bytes.
+MAX_REDUCED_HEADER_BYTES = 1024
 
 
 class RecordLike(Protocol):
@@ -56,7 +65,7 @@ class RecordLike(Protocol):
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: Sequence[tuple[str, bytes]]
+    headers: Sequence[tuple[str, bytes | None]]
 
 
 class ProducerLike(Protocol):
@@ -98,16 +107,36 @@ class Sink:
         return await self._producer.send(self.results_topic, value=value, key=record.key, headers=headers)
 
     async def send_dead_letter(
-        self, record: RecordLike, correlation_id: bytes, reason: DeadLetterReason, error: BaseException
+        self,
+        record: RecordLike,
+        correlation_id: bytes,
+        reason: DeadLetterReason,
+        error: BaseException,
+        *,
+        reduced: bool = False,
     ) -> asyncio.Future[Any]:
         """Queue ``record`` unchanged, plus the error headers, on the dead-letter topic.
 
+        Args:
+            reduced: write a dead letter that always fits: no value (its size goes to header
+                ``streaminfer.error.original_value_bytes``) and every header value cut to 1024 bytes. Used when
+                the full dead letter is larger than the producer's max request size.
+
         Raises:
+            aiokafka.errors.MessageSizeTooLargeError: the full dead letter is too large (retry with ``reduced``).
             aiokafka.errors.KafkaError: the producer cannot accept the record.
         """
         message = str(error)[:MAX_MESSAGE_CHARS]
         cls = type(error)
-        headers: Headers = [(k, v if v is not None else b"") for k, v in record.headers]
+        headers: Headers = list(record.headers)
+        value = record.value
+        if reduced:
+            cap = MAX_REDUCED_HEADER_BYTES
+            headers = [(k, v[:cap] if v is not None else None) for k, v in headers]
+            correlation_id = correlation_id[:cap]
+            size = len(value) if value is not None else -1
+            headers.append((VALUE_DROPPED_HEADER, str(size).encode()))
+            value = None
         headers += [
             (CORRELATION_HEADER, correlation_id),
             (REASON_HEADER, reason.value.encode()),
@@ -119,4 +148,4 @@ class Sink:
             (TIMESTAMP_HEADER, str(record.timestamp).encode()),
             (GROUP_HEADER, self._group),
         ]
-        return await self._producer.send(self.dead_letter_topic, value=record.value, key=record.key, headers=headers)
+        return await self._producer.send(self.dead_letter_topic, value=value, key=record.key, headers=headers)

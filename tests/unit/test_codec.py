@@ -180,3 +180,26 @@ def test_correlation_id_precedence() -> None:
     assert correlation_id([], "req", b"key", "t:0:1") == b"req"
     assert correlation_id([], None, b"key", "t:0:1") == b"key"
     assert correlation_id([], None, None, "t:0:1") == b"t:0:1"
+
+
+@pytest.mark.parametrize("data", [[True] + [0.5] * 63, [[0.5] * 63 + [False]]])
+def test_booleans_mixed_with_numbers_are_mismatch(data: list[Any], digits_signature: ModelSignature) -> None:
+    shape = [1, 64]
+    assert reason_of(request(inp(shape=shape, data=data)), digits_signature) == R.DATATYPE_MISMATCH
+
+
+def test_true_inside_an_id_does_not_reject_numbers(digits_signature: ModelSignature) -> None:
+    req = decode_request(request(inp(), id="true-false"), digits_signature, LIMITS)
+    assert req.id == "true-false"
+
+
+def test_data_nested_beyond_numpy_rank_is_shape_mismatch(digits_signature: ModelSignature) -> None:
+    deep: Any = [0.0]
+    for _ in range(70):
+        deep = [deep]
+    assert reason_of(request(inp(data=deep)), digits_signature) == R.SHAPE_MISMATCH
+
+
+@pytest.mark.parametrize("outputs", [[], [{"name": "label"}, {"name": "label"}]])
+def test_empty_or_repeated_outputs_are_invalid(outputs: list[Any], digits_signature: ModelSignature) -> None:
+    assert reason_of(request(inp(), outputs=outputs), digits_signature) == R.INVALID_REQUEST
