@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ class Work:
     """One fetched record on its way to an answer."""
 
     record: RecordLike
+    tp: TopicPartition
     offsets: PartitionOffsets
     correlation_id: bytes
     request: DecodedRequest | None = None
@@ -114,7 +116,7 @@ class StreamInferApp:
         self._tasks: list[asyncio.Task[None]] = []
         self._publishing: set[asyncio.Task[None]] = set()
         self._in_flight_rows = 0
-        self._capacity = asyncio.Event()
+        self._answered = asyncio.Event()  # set whenever a publish task finished (revoke waits on it)
         self._commit_wanted = asyncio.Event()
         self._stopping = False
         self._last_progress = clock()
@@ -140,6 +142,7 @@ class StreamInferApp:
             enable_idempotence=True,
             linger_ms=s.producer_linger_ms,
             max_request_size=s.producer_max_request_bytes,
+            request_timeout_ms=s.producer_request_timeout_ms,
         )
         try:
             await self._producer.start()
@@ -274,9 +277,7 @@ class StreamInferApp:
         s = self.settings
         sig = self.runner.signature
         while True:
-            while self._in_flight_rows >= s.max_in_flight_rows:
-                self._capacity.clear()
-                await self._capacity.wait()
+            self._backpressure()
             fetched = await self._consumer.getmany(timeout_ms=s.fetch_timeout_ms, max_records=s.fetch_max_records)
             if fetched:
                 self._last_progress = self._clock()
@@ -292,6 +293,8 @@ class StreamInferApp:
                     except RecordError as err:
                         work = self._work(rec, offsets, None)
                         work.error = err
+                        work.rows = 1  # a dead letter holds memory until acknowledged too
+                        self._add_rows(1)
                         dead.append(work)
                         continue
                     finally:
@@ -303,6 +306,20 @@ class StreamInferApp:
             if dead:
                 self._spawn_publish(dead)
             self._update_lag()
+
+    def _backpressure(self) -> None:
+        """Pause every assigned partition while in-flight rows are at the limit; resume below it. Fetch calls go
+        on while paused, so the member stays in the group however slow the model is."""
+        assert self._consumer is not None
+        full = self._in_flight_rows >= self.settings.max_in_flight_rows
+        if full:
+            unpaused = self._consumer.assignment() - self._consumer.paused()
+            if unpaused:
+                self._consumer.pause(*unpaused)
+                self.metrics.paused.set(1)
+        elif self._consumer.paused():
+            self._consumer.resume(*self._consumer.paused())
+            self.metrics.paused.set(0)
 
     def _update_lag(self) -> None:
         """Lag per partition: the high watermark from the last fetch minus the first uncommitted offset."""
@@ -322,13 +339,11 @@ class StreamInferApp:
         cid = correlation_id(
             rec.headers, request.id if request else None, rec.key, f"{rec.topic}:{rec.partition}:{rec.offset}"
         )
-        return Work(rec, offsets, cid, request, enqueued_at=self._clock())
+        return Work(rec, TopicPartition(rec.topic, rec.partition), offsets, cid, request, enqueued_at=self._clock())
 
     def _add_rows(self, rows: int) -> None:
         self._in_flight_rows += rows
         self.metrics.in_flight_rows.set(self._in_flight_rows)
-        if self._in_flight_rows < self.settings.max_in_flight_rows:
-            self._capacity.set()
 
     # ----------------------------------------------------------------------------------------------- batch
     async def _batch_loop(self) -> None:
@@ -338,8 +353,8 @@ class StreamInferApp:
             self._spawn_publish(batch)
 
     async def _infer(self, batch: Sequence[Work]) -> None:
-        """Run ``batch`` and set each item's ``result`` or ``error``. A failing batch is retried record by record
-        so that only the culprit is dead-lettered."""
+        """Run ``batch`` and set each item's ``result`` or ``error``. A failing batch is bisected so that only
+        the culprit is dead-lettered (inference_error) and its neighbours get results."""
         requests = [w.request for w in batch if w.request is not None]
         feeds, rows = assemble([r.inputs for r in requests])
         started = self._clock()
@@ -349,9 +364,14 @@ class StreamInferApp:
             if len(batch) == 1:
                 batch[0].error = err
                 log.warning("inference failed for correlation_id=%s: %s", loggable(batch[0].correlation_id), err)
-            else:
-                for work in batch:
-                    await self._infer([work])
+                return
+            # Bisect: halves that run get their results; only a record that fails alone is dead-lettered.
+            # A model whose batch axis is declared dynamic but only runs at batch 1 ends up answered record
+            # by record.
+            self.metrics.batch_failures.inc()
+            mid = len(batch) // 2
+            await self._infer(batch[:mid])
+            await self._infer(batch[mid:])
             return
         self.metrics.inference_seconds.observe(self._clock() - started)
         self.metrics.batch_rows.observe(rows)
@@ -414,10 +434,8 @@ class StreamInferApp:
                 self.metrics.produce_retries.inc(len(pending))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
-        self._in_flight_rows -= sum(w.rows for w in items)
-        self.metrics.in_flight_rows.set(self._in_flight_rows)
-        if self._in_flight_rows < self.settings.max_in_flight_rows:
-            self._capacity.set()
+        self._add_rows(-sum(w.rows for w in items))
+        self._answered.set()
         self._commit_wanted.set()
 
     async def _send(self, work: Work) -> asyncio.Future[Any]:
@@ -485,15 +503,32 @@ class StreamInferApp:
         self._update_lag()
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Commit what is done for revoked partitions, then forget them (late answers are not committed)."""
+        """Rebalance: drop queued work of revoked partitions (their new owner answers it), give work already
+        running or publishing ``revoke_timeout_ms`` to be acknowledged, commit what is done, forget the rest."""
         self.joined = False  # not ready while the group rebalances
-        if revoked:
-            await self._commit(set(revoked))
-            self._tracker.forget(set(revoked))
-            for tp in revoked:
-                with contextlib.suppress(KeyError):
-                    self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
-            log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
+        if not revoked:
+            return
+        gone = set(revoked)
+        dropped = self._batcher.discard(lambda w: w.tp in gone)
+        if dropped:
+            self._add_rows(-sum(w.rows for w in dropped))
+            self.metrics.revoked_dropped.inc(len(dropped))
+        deadline = self._clock() + self.settings.revoke_timeout_ms / 1000.0
+        while self._unanswered(gone, dropped) and (remaining := deadline - self._clock()) > 0:
+            self._answered.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._answered.wait(), remaining)
+        await self._commit(gone)
+        self._tracker.forget(gone)
+        for tp in gone:
+            with contextlib.suppress(KeyError):
+                self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
+        log.info("partitions revoked: %s (%d queued records dropped)", sorted(str(tp) for tp in gone), len(dropped))
+
+    def _unanswered(self, tps: set[TopicPartition], dropped: list[Work]) -> bool:
+        """Whether records of ``tps`` are still running or publishing (dropped ones never will be)."""
+        never = Counter(w.tp for w in dropped)
+        return any(self._tracker.partition(tp).unfinished > never[tp] for tp in tps)
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Count the rebalance and mark the group joined."""

@@ -95,6 +95,24 @@ class MicroBatcher(Generic[T]):
         self._rows += rows
         self._wakeup.set()
 
+    def discard(self, predicate: Callable[[T], bool]) -> list[T]:
+        """Remove and return every pending item for which ``predicate`` is true (e.g. revoked partitions)."""
+        removed: list[T] = []
+        for key in list(self._groups):
+            group = self._groups[key]
+            kept: deque[_Pending[T]] = deque()
+            for pending in group.items:
+                if predicate(pending.item):
+                    removed.append(pending.item)
+                    group.rows -= pending.rows
+                    self._rows -= pending.rows
+                else:
+                    kept.append(pending)
+            group.items = kept
+            if not kept:
+                del self._groups[key]
+        return removed
+
     def close(self) -> None:
         """Stop accepting items; everything pending is flushed by the next calls regardless of deadlines."""
         self._closed = True

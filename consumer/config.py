@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     fetch_timeout_ms: int = Field(100, ge=1, description="Longest wait for records in one fetch call, ms.")
     producer_linger_ms: int = Field(1, ge=0, description="Producer linger before sending a produce request, ms.")
     producer_max_request_bytes: int = Field(1_048_576, ge=1024, description="Largest produce request, bytes.")
+    producer_request_timeout_ms: int = Field(
+        30_000, ge=1_000, description="Producer wait for metadata or an acknowledgement before a write is retried, ms."
+    )
+    revoke_timeout_ms: int = Field(
+        5_000, ge=0, description="On a rebalance, time to finish and commit work of revoked partitions, ms."
+    )
     commit_interval_ms: int = Field(200, ge=0, description="Least time between two offset commits, ms.")
     # Kafka security (TLS, SASL). Secrets are SecretStr: never printed, never logged.
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
@@ -94,7 +100,9 @@ class Settings(BaseSettings):
         5.0, ge=0, allow_inf_nan=False, description="Flush when the oldest pending record waited this long, ms."
     )
     max_in_flight_rows: int = Field(
-        4096, ge=1, description="Rows fetched but not yet answered before fetching pauses, rows."
+        4096,
+        ge=1,
+        description="Rows fetched but not yet answered (1 per dead letter) before partitions are paused, rows.",
     )
     max_record_bytes: int = Field(1_048_576, ge=1, description="Largest accepted request value, bytes.")
     max_record_rows: int = Field(

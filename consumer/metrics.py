@@ -75,6 +75,21 @@ class Metrics:
         self.produce_retries = Counter(
             "streaminfer_produce_retries", "Result or dead-letter writes retried after a failure.", registry=registry
         )
+        self.batch_failures = Counter(
+            "streaminfer_batch_failures",
+            "Inference runs that failed and were bisected to isolate the culprit records.",
+            registry=registry,
+        )
+        self.paused = Gauge(
+            "streaminfer_partitions_paused",
+            "1 while fetching is paused because in-flight rows are full.",
+            registry=registry,
+        )
+        self.revoked_dropped = Counter(
+            "streaminfer_revoked_records_dropped",
+            "Queued records of revoked partitions dropped uncommitted (their new owner answers them).",
+            registry=registry,
+        )
         self.rebalances = Counter("streaminfer_rebalances", "Partition assignments received.", registry=registry)
         self.consumer_lag = Gauge(
             "streaminfer_consumer_lag_records",

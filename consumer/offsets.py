@@ -68,6 +68,11 @@ class PartitionOffsets:
         return len(self._order)
 
     @property
+    def unfinished(self) -> int:
+        """Records tracked and not yet done."""
+        return len(self._order) - len(self._done)
+
+    @property
     def needs_commit(self) -> bool:
         """Whether ``commit_position`` moved past the last committed position."""
         return self.commit_position is not None and self.commit_position != self.committed

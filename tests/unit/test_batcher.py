@@ -105,3 +105,15 @@ async def test_next_batch_none_when_closed_and_empty(clock: FakeClock) -> None:
     b = make(clock)
     b.close()
     assert await b.next_batch() is None
+
+
+def test_discard_removes_matching_items_and_their_rows(clock: FakeClock) -> None:
+    b = make(clock, rows=10)
+    b.put("p0-a", 2, key="x")
+    b.put("p1-a", 3, key="x")
+    b.put("p1-b", 1, key="y")
+    assert sorted(b.discard(lambda item: item.startswith("p1"))) == ["p1-a", "p1-b"]
+    assert b.pending_rows == 2
+    clock.advance_ms(5)
+    assert b.pop_ready(clock()) == ["p0-a"]
+    assert b.pop_ready(clock()) is None

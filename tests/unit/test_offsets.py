@@ -14,9 +14,12 @@ def test_commit_position_stops_at_first_gap() -> None:
     assert p.commit_position is None  # 10 and 11 unanswered
     p.done(10)
     assert p.commit_position == 11
+    assert p.unfinished == 1  # only 11 is unanswered
+    assert p.pending == 3  # 12 and 13 are done but wait behind 11
     p.done(11)
     assert p.commit_position == 14
     assert p.pending == 0
+    assert p.unfinished == 0
 
 
 def test_offsets_with_holes_from_compaction() -> None:
