@@ -157,6 +157,7 @@ class StreamInferApp:
             **security,
             bootstrap_servers=s.bootstrap_servers,
             group_id=s.group_id,
+            group_instance_id=s.group_instance_id,
             client_id=f"{s.client_id}-consumer",
             enable_auto_commit=False,
             auto_offset_reset=s.auto_offset_reset,

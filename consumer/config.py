@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     # Kafka
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, host:port[,host:port].")
     group_id: str = Field("streaminfer", min_length=1, description="Consumer group id.")
+    group_instance_id: str | None = Field(
+        None,
+        description="Static group membership id (KIP-345): a restarted member with the same id gets its partitions "
+        "back without a rebalance. Unique per replica (e.g. the StatefulSet pod name).",
+    )
     requests_topic: str = Field("requests", min_length=1, description="Topic of inference requests.")
     results_topic: str = Field("results", min_length=1, description="Topic the responses are written to.")
     dead_letter_topic: str = Field("requests.dlq", min_length=1, description="Dead-letter topic for poison records.")

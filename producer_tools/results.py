@@ -125,16 +125,21 @@ async def collect(
     expected: Mapping[str, Mapping[str, Any]],
     timeout_s: float = 60.0,
     progress: bool = True,
+    isolation_level: str = "read_uncommitted",
+    settle_s: float = 0.0,
 ) -> Report:
     """Read answers for ``expected`` (correlation ID -> manifest entry) until all arrived or ``timeout_s``.
 
-    Answers whose correlation ID is not in ``expected`` (earlier runs) are skipped.
+    Answers whose correlation ID is not in ``expected`` (earlier runs) are skipped. ``isolation_level``
+    ``read_committed`` hides answers of aborted transactions (exactly-once mode). ``settle_s`` keeps reading
+    that long after the last expected answer, so late duplicates are counted.
     """
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         client_id="streaminfer-results",
+        isolation_level=isolation_level,
     )
     await consumer.start()
     first: dict[str, Answer] = {}
@@ -144,7 +149,12 @@ async def collect(
         consumer.subscribe([results_topic, dead_letter_topic])
         deadline = time.monotonic() + timeout_s
         with tqdm(total=len(expected), desc="answers", unit="rec", disable=not progress) as bar:
-            while len(first) < len(expected) and time.monotonic() < deadline:
+            settle_until: float | None = None
+            while time.monotonic() < deadline:
+                if len(first) == len(expected):
+                    settle_until = settle_until or time.monotonic() + settle_s
+                    if time.monotonic() >= settle_until:
+                        break
                 batches = await consumer.getmany(timeout_ms=200)
                 for tp, records in batches.items():
                     kind = "result" if tp.topic == results_topic else "dead_letter"

@@ -1,0 +1,707 @@
+"""``make faults`` / ``streaminfer-faults``: fault injection against a real broker, with the figures.
+
+Starts its own local broker (``scripts/kafka-local`` in a private state folder, topic auto-creation off, so it can
+be paused for an outage and so a missing dead-letter topic stays missing), builds nothing (the digits model must
+exist: ``make model``), runs each scenario on fresh topics and consumer groups, and prints a table::
+
+    scenario            records  lost  duplicates  dead_lettered  outcome
+    kill9                 20000     0          41              0  ok
+    ...
+    faults: scenarios=S lost=L duplicates_exactly_once=E poison_missed=P
+
+Scenarios (consumers run as separate processes, ``python -m consumer``, unless noted):
+
+- ``kill9``: records produced at a steady rate while the consumer is SIGKILLed at random moments and restarted
+  (static group membership, so the restart takes its partitions back at once). Lost must be 0 (at least once).
+- ``exactly_once``: the same with ``--delivery exactly_once``; a ``read_committed`` reader must see every
+  correlation ID exactly once.
+- ``rebalance``: a group scaled 1 -> 3 -> 1 mid-stream (dynamic membership, SIGTERM on scale-in). Lost 0.
+- ``outage``: the broker is stopped for ``--outage-s`` seconds mid-stream and restarted with its data. The consumer
+  must recover by itself (or exit non-zero, and is then restarted as an orchestrator would). Lost 0.
+- ``dlq_missing``: the dead-letter topic does not exist; the offset must not be committed past the poison record;
+  once the topic is created the dead letter lands there exactly once.
+- ``poison``: every poison kind of :mod:`producer_tools.poison` plus oversized values, repeated and non-UTF-8
+  header values, interleaved with valid records; every bad one must be dead-lettered with its reason and every
+  good one answered, without the consumer ever exiting.
+- ``graceful``: SIGTERM under load must exit 0 within the grace; after a restart nothing is lost.
+- ``slow_model`` (in process): batches that run longer than the session timeout; the member must stay in the
+  group (one assignment only) and answer everything.
+- ``backlog``: ``--backlog`` records (1,000,000 in the full run) waiting before the consumer starts; prints the
+  consumer's peak resident memory (bounded by ``max_in_flight_rows`` and the fetch buffers) and its throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from consumer.codec import CORRELATION_HEADER, encode_request
+from consumer.errors import DeadLetterReason
+from producer_tools.poison import catalogue
+from producer_tools.produce import DEFAULT_HELDOUT, Outgoing
+from producer_tools.results import Report, collect
+from producer_tools.topics import ensure_topics
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "models" / "digits" / "artifacts" / "digits.onnx"
+KAFKA_LOCAL = ROOT / "scripts" / "kafka-local"
+
+#: Group timing for harness consumers: the broker's minimum session timeout, so a SIGKILLed dynamic member
+#: is noticed quickly, ms.
+SESSION_TIMEOUT_MS = 6000
+HEARTBEAT_MS = 1000
+
+
+@dataclass
+class Outcome:
+    """One row of the table."""
+
+    scenario: str
+    records: int
+    lost: int
+    duplicates: int
+    dead_lettered: int
+    ok: bool
+    note: str = ""
+    exactly_once: bool = False
+    poison_missed: int = 0
+
+
+@dataclass
+class Plan:
+    """Sizes of one run (``--quick`` for the test suite, the defaults for ``make faults``)."""
+
+    records: int = 20_000
+    kills: int = 10
+    rate: float = 400.0  # records/s while faults happen
+    outage_s: float = 20.0
+    backlog: int = 1_000_000
+    scenarios: list[str] = field(default_factory=list)
+
+
+QUICK = Plan(records=600, kills=3, rate=150.0, outage_s=8.0, backlog=5_000)
+
+
+# ------------------------------------------------------------------------------------------------ broker
+class LocalBroker:
+    """A private ``scripts/kafka-local`` broker that the harness may pause and resume."""
+
+    def __init__(self, state: Path) -> None:
+        self.env = {
+            **os.environ,
+            "KAFKA_LOCAL_STATE": str(state),
+            "KAFKA_LOCAL_SERVER_PROPS": "auto.create.topics.enable=false",
+        }
+        self.address = ""
+
+    def _run(self, *args: str) -> str:
+        done = subprocess.run(  # noqa: S603 (our own script)
+            [str(KAFKA_LOCAL), *args], env=self.env, capture_output=True, text=True, timeout=300, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"kafka-local {' '.join(args)} failed: {done.stderr[-1500:]}")
+        return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+    def start(self) -> str:
+        self.address = self._run("start")
+        return self.address
+
+    def pause(self) -> None:
+        self._run("pause")
+
+    def resume(self) -> None:
+        self._run("resume")
+
+    def stop(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            self._run("stop")
+
+
+# ------------------------------------------------------------------------------------------------ consumers
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ConsumerProcess:
+    """``python -m consumer`` as a child process, with its log in the work folder."""
+
+    def __init__(self, harness: Harness, topics: dict[str, str], group: str, name: str, *extra: str) -> None:
+        self.harness = harness
+        self.topics = topics
+        self.group = group
+        self.name = name
+        self.extra = list(extra)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.starts = 0
+
+    def start(self, wait: bool = True) -> None:
+        self.port = free_port()
+        self.starts += 1
+        log = (self.harness.work / f"{self.group}-{self.name}.log").open("ab")
+        cmd = [
+            sys.executable, "-m", "consumer",
+            "--bootstrap-servers", self.harness.bootstrap,
+            "--model-path", str(MODEL),
+            "--execution-provider", "cpu",
+            "--group-id", self.group,
+            "--requests-topic", self.topics["requests"],
+            "--results-topic", self.topics["results"],
+            "--dead-letter-topic", self.topics["dlq"],
+            "--http-host", "127.0.0.1", "--http-port", str(self.port),
+            "--session-timeout-ms", str(SESSION_TIMEOUT_MS),
+            "--heartbeat-interval-ms", str(HEARTBEAT_MS),
+            "--client-id", f"{self.group}-{self.name}",
+            "--warmup-runs", "1",
+            *self.extra,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+        log.close()
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(f"consumer {self.name} exited early ({self.returncode})")
+            with contextlib.suppress(OSError):
+                url = f"http://127.0.0.1:{self.port}/readyz"
+                with urllib.request.urlopen(url, timeout=1) as response:
+                    if response.status == 200:
+                        return
+            time.sleep(0.1)
+        raise RuntimeError(f"consumer {self.name} not ready after {timeout_s} s")
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def terminate(self, timeout_s: float = 40) -> tuple[int, float]:
+        """SIGTERM and wait; returns (exit code, seconds it took)."""
+        assert self.proc is not None
+        started = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode, time.monotonic() - started
+
+    def rss_bytes(self) -> int:
+        """Resident set size of the process, bytes (0 when not running)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+
+# ------------------------------------------------------------------------------------------------ harness
+class Harness:
+    """Shared plumbing: topics, records, producing, collecting."""
+
+    def __init__(self, bootstrap: str, work: Path, broker: LocalBroker | None) -> None:
+        self.bootstrap = bootstrap
+        self.work = work
+        self.broker = broker
+        data = np.load(DEFAULT_HELDOUT)
+        self.x, self.y = data["x"], data["y"]
+        self.consumers: list[ConsumerProcess] = []
+
+    async def new_topics(self, scenario: str, partitions: int = 4, dlq: bool = True) -> dict[str, str]:
+        tag = f"{scenario}-{uuid.uuid4().hex[:6]}"
+        names = {"requests": f"{tag}.requests", "results": f"{tag}.results", "dlq": f"{tag}.requests.dlq"}
+        wanted = {names["requests"]: partitions, names["results"]: partitions}
+        if dlq:
+            wanted[names["dlq"]] = 1
+        await ensure_topics(self.bootstrap, wanted)
+        return names
+
+    def consumer(self, topics: dict[str, str], group: str, name: str, *extra: str) -> ConsumerProcess:
+        proc = ConsumerProcess(self, topics, group, name, *extra)
+        self.consumers.append(proc)
+        return proc
+
+    def digits(self, run: str, n: int) -> list[Outgoing]:
+        """``n`` one-row requests cycling through the held-out digits, with unique correlation IDs."""
+        out = []
+        for i in range(n):
+            j = i % len(self.y)
+            cid = f"{run}-{i:07d}"
+            out.append(Outgoing(cid, encode_request(cid, {"input": self.x[j : j + 1]}), label=int(self.y[j])))
+        return out
+
+    async def produce(
+        self,
+        topic: str,
+        records: Sequence[Outgoing],
+        rate: float | None = None,
+        headers: Callable[[Outgoing], list[tuple[str, bytes | None]]] | None = None,
+    ) -> None:
+        """Send with acks=all (key and header ``correlation_id`` = the ID), paced at ``rate`` records/s."""
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=5)
+        await producer.start()
+        try:
+            started = time.monotonic()
+            futures = []
+            for i, rec in enumerate(records):
+                if rate:
+                    delay = started + i / rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                cid = rec.correlation_id.encode()
+                hdrs = headers(rec) if headers else [(CORRELATION_HEADER, cid)]
+                futures.append(await producer.send(topic, rec.value, key=cid, headers=hdrs))
+            await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+
+    async def answers(
+        self, topics: dict[str, str], records: Sequence[Outgoing], timeout_s: float, read_committed: bool = False
+    ) -> Report:
+        expected = {r.correlation_id: r.manifest() for r in records}
+        return await collect(
+            self.bootstrap,
+            topics["results"],
+            topics["dlq"],
+            expected,
+            timeout_s,
+            progress=False,
+            isolation_level="read_committed" if read_committed else "read_uncommitted",
+            settle_s=2.0,
+        )
+
+    async def committed(self, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        probe = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group)
+        await probe.start()
+        try:
+            return {tp: await probe.committed(tp) for tp in tps}
+        finally:
+            await probe.stop()
+
+    def stop_all(self) -> None:
+        for proc in self.consumers:
+            proc.kill()
+
+
+# ------------------------------------------------------------------------------------------------ scenarios
+async def scenario_kill9(h: Harness, plan: Plan, exactly_once: bool = False) -> Outcome:
+    name = "exactly_once" if exactly_once else "kill9"
+    topics = await h.new_topics(name)
+    group = f"{name}-{uuid.uuid4().hex[:6]}"
+    extra = ["--group-instance-id", "member-0"]
+    if exactly_once:
+        extra += ["--delivery", "exactly_once"]
+    proc = h.consumer(topics, group, "m0", *extra)
+    proc.start()
+    records = h.digits(group, plan.records)
+    sending = asyncio.create_task(h.produce(topics["requests"], records, plan.rate))
+    duration = plan.records / plan.rate
+    rng = random.Random(7)  # noqa: S311 (fault timing, not security)
+    moments = sorted(rng.uniform(0.05, 0.95) * duration for _ in range(plan.kills))
+    started = time.monotonic()
+    for at in moments:
+        await asyncio.sleep(max(0.0, started + at - time.monotonic()))
+        proc.kill()
+        await asyncio.to_thread(proc.start)
+    await sending
+    report = await h.answers(topics, records, timeout_s=120, read_committed=exactly_once)
+    code, _ = proc.terminate()
+    lost, dups = len(report.missing), report.duplicates
+    ok = lost == 0 and (dups == 0 or not exactly_once) and code == 0
+    note = f"{plan.kills} kills, exit {code}"
+    return Outcome(name, len(records), lost, dups, report.dead_letters, ok, note, exactly_once=exactly_once)
+
+
+async def scenario_rebalance(h: Harness, plan: Plan) -> Outcome:
+    topics = await h.new_topics("rebalance", partitions=6)
+    group = f"rebalance-{uuid.uuid4().hex[:6]}"
+    members = [h.consumer(topics, group, f"m{i}") for i in range(3)]
+    members[0].start()
+    records = h.digits(group, plan.records)
+    sending = asyncio.create_task(h.produce(topics["requests"], records, plan.rate))
+    duration = plan.records / plan.rate
+    await asyncio.sleep(duration * 0.25)
+    await asyncio.gather(*(asyncio.to_thread(m.start) for m in members[1:]))  # 1 -> 3
+    await asyncio.sleep(duration * 0.35)
+    codes = await asyncio.gather(*(asyncio.to_thread(m.terminate) for m in members[1:]))  # 3 -> 1
+    await sending
+    report = await h.answers(topics, records, timeout_s=120)
+    code, _ = members[0].terminate()
+    lost = len(report.missing)
+    exits = [c for c, _ in codes] + [code]
+    return Outcome(
+        "rebalance", len(records), lost, report.duplicates, report.dead_letters,
+        lost == 0 and all(c == 0 for c in exits), f"1->3->1 members, exits {exits}",
+    )  # fmt: skip
+
+
+async def scenario_outage(h: Harness, plan: Plan) -> Outcome:
+    if h.broker is None:
+        return Outcome("outage", 0, 0, 0, 0, True, "skipped: the broker is not ours to stop")
+    topics = await h.new_topics("outage")
+    group = f"outage-{uuid.uuid4().hex[:6]}"
+    proc = h.consumer(topics, group, "m0", "--group-instance-id", "member-0")
+    proc.start()
+    records = h.digits(group, plan.records)
+    half = len(records) // 2
+    await h.produce(topics["requests"], records[:half], plan.rate * 2)
+    await asyncio.to_thread(h.broker.pause)
+    await asyncio.sleep(plan.outage_s)
+    await asyncio.to_thread(h.broker.resume)
+    restarts = 0
+    if proc.returncode is not None:  # it chose to exit: an orchestrator restarts it
+        restarts += 1
+        await asyncio.to_thread(proc.start)
+    await h.produce(topics["requests"], records[half:], plan.rate * 2)
+    deadline = time.monotonic() + 120
+    report = await h.answers(topics, records, timeout_s=30)
+    while report.missing and time.monotonic() < deadline:
+        if proc.returncode is not None:
+            restarts += 1
+            await asyncio.to_thread(proc.start)
+        report = await h.answers(topics, records, timeout_s=30)
+    code, _ = proc.terminate()
+    lost = len(report.missing)
+    note = f"broker down {plan.outage_s:.0f} s, consumer restarts {restarts}, exit {code}"
+    return Outcome("outage", len(records), lost, report.duplicates, report.dead_letters, lost == 0, note)
+
+
+async def scenario_dlq_missing(h: Harness, plan: Plan) -> Outcome:
+    topics = await h.new_topics("dlqmissing", partitions=1, dlq=False)
+    group = f"dlqmissing-{uuid.uuid4().hex[:6]}"
+    proc = h.consumer(topics, group, "m0", "--producer-request-timeout-ms", "2000")
+    proc.start()
+    good = h.digits(group, 10)
+    poison = Outgoing(f"{group}-poison", b"{not json", expected_reason=DeadLetterReason.INVALID_JSON.value)
+    records = [*good[:5], poison, *good[5:]]
+    await h.produce(topics["requests"], records)
+    await asyncio.sleep(6)  # the dead letter cannot be written meanwhile
+    tp = TopicPartition(topics["requests"], 0)
+    before = (await h.committed(group, [tp]))[tp]
+    held = before is None or before <= 5  # never past the poison record at offset 5
+    await ensure_topics(h.bootstrap, {topics["dlq"]: 1})
+    report = await h.answers(topics, records, timeout_s=60)
+    await asyncio.sleep(2)
+    after = (await h.committed(group, [tp]))[tp]
+    code, _ = proc.terminate()
+    dl_count = await count_records(h.bootstrap, topics["dlq"])
+    lost = len(report.missing)
+    ok = held and lost == 0 and dl_count == 1 and after == len(records) and code == 0
+    note = f"committed before topic: {before}, after: {after}; dead letters written: {dl_count}"
+    return Outcome("dlq_missing", len(records), lost, dl_count - 1, report.dead_letters, ok, note)
+
+
+async def count_records(bootstrap: str, topic: str) -> int:
+    """Records in ``topic`` (end minus beginning offsets over its partitions); 0 if it does not exist."""
+    probe = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await probe.start()
+    try:
+        if topic not in await probe.topics():
+            return 0
+        probe.subscribe([topic])  # fetches the topic's metadata
+        for _ in range(50):
+            parts = probe.partitions_for_topic(topic)
+            if parts:
+                break
+            await asyncio.sleep(0.1)
+        tps = [TopicPartition(topic, p) for p in parts or ()]
+        ends = await probe.end_offsets(tps)
+        starts = await probe.beginning_offsets(tps)
+        return sum(ends[tp] - starts[tp] for tp in tps)
+    finally:
+        await probe.stop()
+
+
+def fuzz_records(run: str, good: list[Outgoing]) -> tuple[list[Outgoing], dict[str, list[tuple[str, bytes | None]]]]:
+    """Poison of every kind plus header and size fuzz, interleaved with ``good``; returns (records, headers)."""
+    bad = [Outgoing(f"{run}-poison-{p.kind}", p.value, expected_reason=p.reason.value) for p in catalogue()]
+    big = encode_request(None, {"input": np.zeros((1, 64), np.float32)}) + b" " * 200_000  # > --max-record-bytes
+    bad.append(Outgoing(f"{run}-poison-huge", big, expected_reason=DeadLetterReason.TOO_LARGE.value))
+    bad.append(Outgoing(f"{run}-poison-random-bytes", os.urandom(512), expected_reason="invalid_json"))
+    headers: dict[str, list[tuple[str, bytes | None]]] = {}
+    # Valid requests with odd headers must be answered, not dead-lettered.
+    repeated, non_utf8, null = good[1], good[2], good[3]
+    headers[repeated.correlation_id] = [
+        (CORRELATION_HEADER, repeated.correlation_id.encode()),
+        (CORRELATION_HEADER, b"second-id-ignored"),
+        ("trace", b"a"),
+        ("trace", b"b"),
+    ]
+    headers[non_utf8.correlation_id] = [(CORRELATION_HEADER, non_utf8.correlation_id.encode()), ("bin", b"\xff\xfe")]
+    headers[null.correlation_id] = [(CORRELATION_HEADER, null.correlation_id.encode()), ("empty", None)]
+    step = max(1, len(good) // (len(bad) + 1))
+    records: list[Outgoing] = []
+    it = iter(bad)
+    for i, g in enumerate(good):
+        if i % step == 0:
+            nxt = next(it, None)
+            if nxt is not None:
+                records.append(nxt)
+        records.append(g)
+    records.extend(it)
+    return records, headers
+
+
+async def scenario_poison(h: Harness, plan: Plan) -> Outcome:
+    topics = await h.new_topics("poison")
+    group = f"poison-{uuid.uuid4().hex[:6]}"
+    proc = h.consumer(topics, group, "m0", "--max-record-bytes", "65536")
+    proc.start()
+    good = h.digits(group, max(60, plan.records // 10))
+    records, headers = fuzz_records(group, good)
+
+    def hdrs(rec: Outgoing) -> list[tuple[str, bytes | None]]:
+        return headers.get(rec.correlation_id, [(CORRELATION_HEADER, rec.correlation_id.encode())])
+
+    await h.produce(topics["requests"], records, headers=hdrs)
+    report = await h.answers(topics, records, timeout_s=60)
+    alive = proc.returncode is None
+    code, _ = proc.terminate()
+    expected_bad = [r for r in records if r.expected_reason]
+    missed = sum(
+        1
+        for r in expected_bad
+        if r.correlation_id not in report.answers or report.answers[r.correlation_id].reason != r.expected_reason
+    )
+    missed += sum(
+        1
+        for r in records
+        if not r.expected_reason
+        and (r.correlation_id not in report.answers or report.answers[r.correlation_id].kind != "result")
+    )
+    kinds = len({r.correlation_id.split("-poison-")[1] for r in expected_bad})
+    ok = missed == 0 and alive and code == 0
+    note = f"{kinds} poison kinds, consumer alive throughout: {alive}"
+    return Outcome(
+        "poison", len(records), len(report.missing), report.duplicates, report.dead_letters, ok, note,
+        poison_missed=missed,
+    )  # fmt: skip
+
+
+async def scenario_graceful(h: Harness, plan: Plan) -> Outcome:
+    topics = await h.new_topics("graceful")
+    group = f"graceful-{uuid.uuid4().hex[:6]}"
+    proc = h.consumer(topics, group, "m0", "--shutdown-grace-s", "25")
+    proc.start()
+    records = h.digits(group, plan.records)
+    await h.produce(topics["requests"], records)  # a backlog: SIGTERM lands under load
+    await asyncio.sleep(0.5)
+    code, took = await asyncio.to_thread(proc.terminate, 40)
+    proc.start()
+    report = await h.answers(topics, records, timeout_s=120)
+    code2, _ = proc.terminate()
+    lost = len(report.missing)
+    ok = lost == 0 and code == 0 and took < 25 and code2 == 0
+    note = f"SIGTERM under load: exit {code} in {took:.1f} s (grace 25 s)"
+    return Outcome("graceful", len(records), lost, report.duplicates, report.dead_letters, ok, note)
+
+
+async def scenario_slow_model(h: Harness, plan: Plan) -> Outcome:
+    """In process: every inference run sleeps longer than the session timeout and max_poll_interval_ms."""
+    from consumer.app import StreamInferApp
+    from consumer.config import Settings
+    from consumer.metrics import Metrics
+    from consumer.runner import OnnxRunner
+
+    topics = await h.new_topics("slowmodel")
+    settings = Settings(
+        bootstrap_servers=h.bootstrap,
+        group_id=f"slow-{uuid.uuid4().hex[:6]}",
+        requests_topic=topics["requests"],
+        results_topic=topics["results"],
+        dead_letter_topic=topics["dlq"],
+        model_path=MODEL,
+        execution_provider="cpu",
+        http_port=0,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+        max_poll_interval_ms=3000,
+        max_batch_size=16,
+    )
+    real = OnnxRunner.load(MODEL, execution_provider="cpu")
+    slow_s = SESSION_TIMEOUT_MS / 1000 + 2
+
+    class SlowSession:
+        def run(self, names: list[str] | None, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+            time.sleep(slow_s)
+            return real.session.run(names, feed)
+
+    metrics = Metrics(CollectorRegistry())
+    app = StreamInferApp(settings, OnnxRunner(SlowSession(), real.signature, real.provider), metrics)
+    await app.start()
+    records = h.digits(settings.group_id, 32)
+    try:
+        await h.produce(topics["requests"], records)
+        report = await h.answers(topics, records, timeout_s=120)
+    finally:
+        await app.stop()
+    assignments = metrics.registry.get_sample_value("streaminfer_rebalances_total") or 0
+    lost = len(report.missing)
+    ok = lost == 0 and assignments == 1
+    note = (
+        f"each batch {slow_s:.0f} s > session timeout {SESSION_TIMEOUT_MS / 1000:.0f} s; assignments {assignments:.0f}"
+    )
+    return Outcome("slow_model", len(records), lost, report.duplicates, report.dead_letters, ok, note)
+
+
+async def scenario_backlog(h: Harness, plan: Plan) -> Outcome:
+    topics = await h.new_topics("backlog")
+    group = f"backlog-{uuid.uuid4().hex[:6]}"
+    n = plan.backlog
+    chunk = 50_000
+    for start in range(0, n, chunk):  # encode in chunks: the harness itself stays small
+        await h.produce(topics["requests"], h.digits(f"{group}-{start}", min(chunk, n - start)))
+    proc = h.consumer(topics, group, "m0", "--max-in-flight-rows", "4096")
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], proc.rss_bytes())
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    started = time.monotonic()
+    proc.start()
+    sampler.start()
+    tps = [TopicPartition(topics["requests"], p) for p in range(4)]
+    deadline = time.monotonic() + max(300, n / 500)
+    done = False
+    while time.monotonic() < deadline and not done:
+        await asyncio.sleep(2)
+        answered = await count_records(h.bootstrap, topics["results"]) + await count_records(h.bootstrap, topics["dlq"])
+        done = answered >= n
+    took = time.monotonic() - started
+    await asyncio.sleep(1)
+    committed = await h.committed(group, tps)
+    stop.set()
+    code, _ = proc.terminate()
+    answered = await count_records(h.bootstrap, topics["results"])
+    lost = max(0, n - answered)
+    uncommitted = n - sum(v or 0 for v in committed.values())
+    ok = lost == 0 and uncommitted == 0 and code == 0
+    note = f"peak RSS {peak[0] / 2**20:.0f} MiB while draining {n} at {n / took:.0f} rec/s"
+    print(f"backlog: records={n} peak_rss_mib={peak[0] / 2**20:.0f} drain_rps={n / took:.0f}", file=sys.stderr)
+    return Outcome("backlog", n, lost, max(0, answered - n), 0, ok, note)
+
+
+SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
+    "kill9": scenario_kill9,
+    "exactly_once": lambda h, p: scenario_kill9(h, p, exactly_once=True),
+    "rebalance": scenario_rebalance,
+    "outage": scenario_outage,
+    "dlq_missing": scenario_dlq_missing,
+    "poison": scenario_poison,
+    "graceful": scenario_graceful,
+    "slow_model": scenario_slow_model,
+    "backlog": scenario_backlog,
+}
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    """The result table and the summary line."""
+    lines = [f"{'scenario':<14}{'records':>9}{'lost':>6}{'duplicates':>12}{'dead_lettered':>15}  outcome"]
+    for o in outcomes:
+        lines.append(
+            f"{o.scenario:<14}{o.records:>9}{o.lost:>6}{o.duplicates:>12}{o.dead_lettered:>15}  "
+            f"{'ok' if o.ok else 'FAILED'}  {o.note}"
+        )
+    lost = sum(o.lost for o in outcomes)
+    dup_eos = sum(o.duplicates for o in outcomes if o.exactly_once)
+    missed = sum(o.poison_missed for o in outcomes)
+    lines.append(
+        f"faults: scenarios={len(outcomes)} lost={lost} duplicates_exactly_once={dup_eos} poison_missed={missed}"
+    )
+    return "\n".join(lines)
+
+
+async def run(plan: Plan, bootstrap: str | None, work: Path) -> list[Outcome]:
+    """Run the chosen scenarios on a private broker (or ``bootstrap``); returns the rows."""
+    broker = None
+    if bootstrap is None:
+        broker = LocalBroker(work / "kafka")
+        bootstrap = await asyncio.to_thread(broker.start)
+    harness = Harness(bootstrap, work, broker)
+    outcomes: list[Outcome] = []
+    try:
+        for name in plan.scenarios or list(SCENARIOS):
+            print(f"faults: running {name} ...", file=sys.stderr)
+            try:
+                outcome = await SCENARIOS[name](harness, plan)
+            except Exception as exc:  # noqa: BLE001 (a broken scenario is a failed row, not a crash)
+                outcome = Outcome(name, 0, 0, 0, 0, False, f"error: {exc!r}"[:200])
+            finally:
+                harness.stop_all()
+            outcomes.append(outcome)
+            print(table([outcome]).splitlines()[1], file=sys.stderr)
+    finally:
+        harness.stop_all()
+        if broker is not None:
+            await asyncio.to_thread(broker.stop)
+    return outcomes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``streaminfer-faults``; exit 1 when any scenario failed."""
+    p = argparse.ArgumentParser(prog="streaminfer-faults", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes (the test suite's run)")
+    p.add_argument("--records", type=int, help="records per scenario")
+    p.add_argument("--kills", type=int, help="SIGKILLs in kill9 and exactly_once")
+    p.add_argument("--backlog", type=int, help="records waiting in the backlog scenario")
+    p.add_argument("--outage-s", type=float, help="seconds the broker is down")
+    p.add_argument("--scenarios", default="", help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    p.add_argument("--bootstrap-servers", default=None, help="use this broker (no outage scenario)")
+    p.add_argument("--work-dir", type=Path, default=None, help="logs and broker state (default: a temp folder)")
+    args = p.parse_args(argv)
+    plan = Plan(**vars(QUICK)) if args.quick else Plan()
+    for name in ("records", "kills", "backlog", "outage_s"):
+        if getattr(args, name) is not None:
+            setattr(plan, name, getattr(args, name))
+    plan.scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = set(plan.scenarios) - set(SCENARIOS)
+    if unknown:
+        p.error(f"unknown scenarios: {sorted(unknown)}")
+    if not MODEL.exists():
+        p.error(f"{MODEL} is missing: run `make model`")
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="streaminfer-faults-"))
+    work.mkdir(parents=True, exist_ok=True)
+    outcomes = asyncio.run(run(plan, args.bootstrap_servers, work))
+    print(table(outcomes))
+    print(f"faults: logs in {work}", file=sys.stderr)
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
