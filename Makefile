@@ -6,9 +6,10 @@ STAMP  := $(VENV)/.installed
 MODEL  := models/digits/artifacts/digits.onnx
 PYTEST_ARGS ?=
 IMAGE_TAG ?= 0.1.0
+FAULTS_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv model demo test unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop clean
+.PHONY: help venv model demo test faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,6 +32,9 @@ demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model,
 
 test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a real broker
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+faults: $(STAMP) $(MODEL) ## fault injection in full (20,000 records, 10 kills, 1,000,000 backlog): table + summary
+	$(PY) -m producer_tools.faults $(FAULTS_ARGS)
 
 unit: $(STAMP) ## unit tests only (no Kafka, no ONNX session)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

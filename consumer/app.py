@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    MessageSizeTooLargeError,
+    ProducerFenced,
+    RecordTooLargeError,
+)
 
 from consumer.batcher import MicroBatcher
 from consumer.codec import DecodedRequest, Limits, correlation_id, decode_request, encode_response
@@ -42,6 +48,7 @@ from consumer.offsets import OffsetTracker, PartitionOffsets
 from consumer.runner import OnnxRunner, assemble, non_finite_outputs, split
 from consumer.security import kafka_security_kwargs
 from consumer.sink import RecordLike, Sink
+from consumer.transactions import PartitionTransactions
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +123,10 @@ class StreamInferApp:
         self._tasks: list[asyncio.Task[None]] = []
         self._publishing: set[asyncio.Task[None]] = set()
         self._in_flight_rows = 0
+        self._exactly_once = settings.delivery == "exactly_once"
+        self._txns: PartitionTransactions | None = None
+        self._chunk_lock = asyncio.Lock()  # exactly_once: a rebalance waits for the chunk in its transaction
+        self._stop_requested = asyncio.Event()
         self._answered = asyncio.Event()  # set whenever a publish task finished (revoke waits on it)
         self._commit_wanted = asyncio.Event()
         self._stopping = False
@@ -164,7 +175,10 @@ class StreamInferApp:
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
             max_poll_interval_ms=s.max_poll_interval_ms,
+            isolation_level="read_committed" if self._exactly_once else "read_uncommitted",
         )
+        if self._exactly_once:
+            self._txns = PartitionTransactions(s, security)
         self._consumer.subscribe([s.requests_topic], listener=_Rebalance(self))
         try:
             await self._consumer.start()
@@ -173,11 +187,14 @@ class StreamInferApp:
             await self._producer.stop()
             self._executor.shutdown(wait=False)
             raise
-        self._tasks = [
-            asyncio.create_task(self._fetch_loop(), name="streaminfer-fetch"),
-            asyncio.create_task(self._batch_loop(), name="streaminfer-batch"),
-            asyncio.create_task(self._commit_loop(), name="streaminfer-commit"),
-        ]
+        if self._exactly_once:
+            self._tasks = [asyncio.create_task(self._transactional_loop(), name="streaminfer-transactional")]
+        else:
+            self._tasks = [
+                asyncio.create_task(self._fetch_loop(), name="streaminfer-fetch"),
+                asyncio.create_task(self._batch_loop(), name="streaminfer-batch"),
+                asyncio.create_task(self._commit_loop(), name="streaminfer-commit"),
+            ]
         for task in self._tasks:
             task.add_done_callback(self._on_task_done)
 
@@ -197,6 +214,9 @@ class StreamInferApp:
         if self._stopping:
             return
         self._stopping = True
+        if self._exactly_once:
+            await self._stop_transactional()
+            return
         fetch, batch, commit = self._tasks or (None, None, None)
         if fetch is not None:
             fetch.cancel()
@@ -232,6 +252,29 @@ class StreamInferApp:
             if current is not None and current.cancelling():
                 raise  # we are being cancelled ourselves
             log.warning("%s was cancelled inside the Kafka client during shutdown", what)
+
+    async def _stop_transactional(self) -> None:
+        """exactly_once: let the chunk in its transaction finish (within the grace), then close everything."""
+        self._stop_requested.set()
+        if self._tasks:
+            loop_task = self._tasks[0]
+            try:
+                await asyncio.wait_for(asyncio.shield(loop_task), timeout=self.settings.shutdown_grace_s)
+            except TimeoutError:
+                log.warning("shutdown grace exceeded; the open transaction is aborted, its records redelivered")
+            except Exception as exc:  # noqa: BLE001 (the loop's own failure is already recorded)
+                log.debug("transactional loop ended with %r", exc)
+            loop_task.cancel()
+            await asyncio.gather(loop_task, return_exceptions=True)
+        if self._txns is not None:
+            await self._txns.close_all()
+        if self._consumer is not None:
+            await self._quietly("leaving the group", self._consumer.stop())
+        if self._producer is not None:
+            await self._quietly("closing the producer", self._producer.stop())
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+        log.info("stopped")
 
     async def _drain(self, batch: asyncio.Task[None] | None) -> None:
         if batch is not None:
@@ -418,18 +461,7 @@ class StreamInferApp:
                     failed.append(work)
                     continue
                 work.offsets.done(work.record.offset)
-                if work.error is None:
-                    self.metrics.records.labels("result").inc()
-                else:
-                    self.metrics.records.labels("dead_letter").inc()
-                    self.metrics.dead_letters.labels(work.error.reason.value).inc()
-                    log.warning(
-                        "dead-lettered correlation_id=%s reason=%s: %s",
-                        loggable(work.correlation_id),
-                        work.error.reason.value,
-                        work.error,
-                    )
-                self.metrics.record_age_seconds.observe(max(0.0, now_ms - work.record.timestamp) / 1000.0)
+                self._count_answer(work, now_ms)
             pending = failed
             if pending:
                 self.metrics.produce_retries.inc(len(pending))
@@ -439,14 +471,30 @@ class StreamInferApp:
         self._answered.set()
         self._commit_wanted.set()
 
-    async def _send(self, work: Work) -> asyncio.Future[Any]:
-        """Queue one answer; a result too large for the producer becomes a dead letter. Never raises: a send
-        that fails at once yields a failed future so the caller retries it."""
-        assert self._sink is not None
+    def _count_answer(self, work: Work, now_ms: float) -> None:
+        """Metrics and the per-record log line of an acknowledged answer."""
+        if work.error is None:
+            self.metrics.records.labels("result").inc()
+        else:
+            self.metrics.records.labels("dead_letter").inc()
+            self.metrics.dead_letters.labels(work.error.reason.value).inc()
+            log.warning(
+                "dead-lettered correlation_id=%s reason=%s: %s",
+                loggable(work.correlation_id),
+                work.error.reason.value,
+                work.error,
+            )
+        self.metrics.record_age_seconds.observe(max(0.0, now_ms - work.record.timestamp) / 1000.0)
+
+    async def _send(self, work: Work, sink: Sink | None = None) -> asyncio.Future[Any]:
+        """Queue one answer on ``sink`` (default: the shared one); a result too large for the producer becomes a
+        dead letter. Never raises: a send that fails at once yields a failed future so the caller retries it."""
+        sink = sink or self._sink
+        assert sink is not None
         try:
             if work.error is None and work.result is not None:
                 try:
-                    return await self._sink.send_result(work.record, work.correlation_id, work.result)
+                    return await sink.send_result(work.record, work.correlation_id, work.result)
                 except TOO_LARGE as exc:
                     self._shrink(work, exc)
             if work.error is None:  # unreachable by construction: every item gets a result or an error
@@ -454,12 +502,10 @@ class StreamInferApp:
             error = work.error
             if not work.reduced:
                 try:
-                    return await self._sink.send_dead_letter(work.record, work.correlation_id, error.reason, error)
+                    return await sink.send_dead_letter(work.record, work.correlation_id, error.reason, error)
                 except TOO_LARGE:
                     work.reduced = True
-            return await self._sink.send_dead_letter(
-                work.record, work.correlation_id, error.reason, error, reduced=True
-            )
+            return await sink.send_dead_letter(work.record, work.correlation_id, error.reason, error, reduced=True)
         except KafkaError as exc:
             failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
@@ -475,6 +521,101 @@ class StreamInferApp:
             work.result = None
         else:
             work.reduced = True
+
+    # ----------------------------------------------------------------------------------------------- exactly once
+    async def _transactional_loop(self) -> None:
+        """exactly_once: fetch a chunk, answer it, and commit each partition's answers with its offset in one
+        transaction; then fetch the next chunk."""
+        assert self._consumer is not None
+        s = self.settings
+        while not self._stop_requested.is_set():
+            fetched = await self._consumer.getmany(timeout_ms=s.fetch_timeout_ms, max_records=s.fetch_max_records)
+            if fetched:
+                self._last_progress = self._clock()
+                async with self._chunk_lock:
+                    await self._transactional_chunk(fetched)
+            self._update_lag()
+
+    async def _transactional_chunk(self, fetched: dict[TopicPartition, list[Any]]) -> None:
+        sig = self.runner.signature
+        batcher: MicroBatcher[Work] = MicroBatcher(self.settings.max_batch_size, 0, self._clock)
+        chunk: dict[TopicPartition, list[Work]] = {}
+        for tp, records in fetched.items():
+            offsets = self._tracker.partition(tp)
+            works = chunk[tp] = []
+            for rec in records:
+                offsets.track(rec.offset)
+                started = self._clock()
+                try:
+                    request = decode_request(rec.value, sig, self._limits)
+                except RecordError as err:
+                    work = self._work(rec, offsets, None)
+                    work.error = err
+                    works.append(work)
+                    continue
+                finally:
+                    self.metrics.preprocess_seconds.observe(self._clock() - started)
+                work = self._work(rec, offsets, request)
+                work.rows = request.rows
+                works.append(work)
+                batcher.put(work, request.rows, request.shape_key)
+        batcher.close()
+        while (batch := batcher.pop_ready(self._clock())) is not None:
+            await self._infer(batch)
+        await asyncio.gather(*(self._commit_transaction(tp, works) for tp, works in chunk.items()))
+
+    async def _commit_transaction(self, tp: TopicPartition, works: list[Work]) -> None:
+        """Answers of ``works`` (one partition, in offset order) and the partition's next offset, atomically.
+        A fenced producer means the partition has a new owner: drop it. Any other failure aborts and rewinds
+        the partition to the chunk's first offset, so the chunk is fetched and answered again."""
+        assert self._txns is not None
+        assert self._consumer is not None
+        try:
+            await self._txns.open(tp)
+            producer = self._txns.producer(tp)
+            await producer.begin_transaction()
+            sink = self._txns.sink(tp)
+            # _send shrinks what the producer refuses as too large before it is queued; a write that fails later
+            # puts the transaction in error, so it is aborted and the chunk answered again.
+            acks = await asyncio.gather(*[await self._send(w, sink) for w in works], return_exceptions=True)
+            failure = next((a for a in acks if isinstance(a, BaseException)), None)
+            if failure is not None:
+                raise failure
+            next_offset = works[-1].record.offset + 1
+            await producer.send_offsets_to_transaction({tp: next_offset}, self.settings.group_id)
+            await producer.commit_transaction()
+        except (ProducerFenced, InvalidProducerEpoch) as exc:
+            # Another producer with this transactional.id exists: the partition's new owner (we are about to be
+            # revoked) or a restarted instance. Nothing of this chunk became visible; if the partition is still
+            # ours, rewind so a fresh producer answers it again.
+            log.warning("producer of %s fenced: %r", tp, exc)
+            await self._txns.close(tp)
+            self._tracker.forget({tp})
+            if tp in self._consumer.assignment():
+                self._consumer.seek(tp, works[0].record.offset)
+            return
+        except KafkaError as exc:
+            log.warning("transaction for %s failed, aborting and re-reading %d records: %r", tp, len(works), exc)
+            self.metrics.produce_retries.inc(len(works))
+            try:
+                await self._txns.producer(tp).abort_transaction()
+            except (KafkaError, KeyError) as abort_exc:
+                log.warning("abort for %s failed (%r); restarting its producer", tp, abort_exc)
+                with contextlib.suppress(KafkaError):
+                    await self._txns.reopen(tp)
+            self._tracker.forget({tp})
+            if tp in self._consumer.assignment():
+                self._consumer.seek(tp, works[0].record.offset)
+            await asyncio.sleep(RETRY_BACKOFF_FIRST_S)
+            return
+        now_ms = self._wall_clock() * 1000.0
+        offsets = works[0].offsets
+        for work in works:
+            offsets.done(work.record.offset)
+            self._count_answer(work, now_ms)
+        self._tracker.mark_committed({tp: next_offset})
+        self.metrics.commits.inc()
+        self._last_progress = self._clock()
 
     # ----------------------------------------------------------------------------------------------- commit
     async def _commit_loop(self) -> None:
@@ -510,6 +651,9 @@ class StreamInferApp:
         if not revoked:
             return
         gone = set(revoked)
+        if self._exactly_once:
+            await self._revoke_transactional(gone)
+            return
         dropped = self._batcher.discard(lambda w: w.tp in gone)
         if dropped:
             self._add_rows(-sum(w.rows for w in dropped))
@@ -526,13 +670,32 @@ class StreamInferApp:
                 self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
         log.info("partitions revoked: %s (%d queued records dropped)", sorted(str(tp) for tp in gone), len(dropped))
 
+    async def _revoke_transactional(self, gone: set[TopicPartition]) -> None:
+        """exactly_once: wait (within revoke_timeout_ms) for the chunk in its transaction, then close the revoked
+        partitions' producers. Whatever was not committed is fenced by the new owner and answered by it."""
+        assert self._txns is not None
+        try:
+            await asyncio.wait_for(self._chunk_lock.acquire(), self.settings.revoke_timeout_ms / 1000.0)
+        except TimeoutError:
+            log.warning("revoke: the current transaction did not finish in time; the new owner fences it")
+        else:
+            self._chunk_lock.release()
+        for tp in gone:
+            await self._txns.close(tp)
+        self._tracker.forget(gone)
+        log.info("partitions revoked: %s", sorted(str(tp) for tp in gone))
+
     def _unanswered(self, tps: set[TopicPartition], dropped: list[Work]) -> bool:
         """Whether records of ``tps`` are still running or publishing (dropped ones never will be)."""
         never = Counter(w.tp for w in dropped)
         return any(self._tracker.partition(tp).unfinished > never[tp] for tp in tps)
 
-    def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Count the rebalance and mark the group joined."""
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Count the rebalance and mark the group joined. exactly_once: start the new partitions' transactional
+        producers first, which fences any zombie still writing for them."""
+        if self._txns is not None:
+            for tp in assigned:
+                await self._txns.open(tp)
         self.metrics.rebalances.inc()
         self.joined = True
         log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))
@@ -546,4 +709,4 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._app.on_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._app.on_assigned(assigned)
+        await self._app.on_assigned(assigned)

@@ -67,6 +67,20 @@ class Settings(BaseSettings):
     revoke_timeout_ms: int = Field(
         5_000, ge=0, description="On a rebalance, time to finish and commit work of revoked partitions, ms."
     )
+    delivery: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once",
+        description="at_least_once: commit after acknowledged answers. exactly_once: answers and offsets in one "
+        "Kafka transaction per partition and fetch (read results with isolation.level=read_committed).",
+    )
+    transactional_id_prefix: str = Field(
+        "streaminfer",
+        min_length=1,
+        description="exactly_once: transactional.id = <prefix>-<group_id>-<topic>-<partition>, one producer per "
+        "assigned partition, so the partition's next owner fences a zombie.",
+    )
+    transaction_timeout_ms: int = Field(
+        60_000, ge=1_000, description="exactly_once: the broker aborts a transaction left open this long, ms."
+    )
     commit_interval_ms: int = Field(200, ge=0, description="Least time between two offset commits, ms.")
     # Kafka security (TLS, SASL). Secrets are SecretStr: never printed, never logged.
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(

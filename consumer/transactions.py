@@ -1,0 +1,111 @@
+"""Exactly-once delivery: one transactional producer per assigned input partition.
+
+For each fetched chunk of a partition, the answers (results and dead letters) and the partition's next offset are
+written in one Kafka transaction (``send_offsets_to_transaction``); a reader with ``isolation.level=read_committed``
+sees each answer exactly once, and a crash before the commit leaves nothing visible and nothing committed.
+
+Zombie fencing follows Kafka Streams' original exactly-once design (EOS v1): the transactional.id is derived from
+the input partition, ``<transactional_id_prefix>-<group_id>-<topic>-<partition>``. Whoever owns the partition next
+(after a rebalance, or the same pod restarted after ``kill -9``) starts a producer with the same transactional.id;
+its ``InitProducerId`` bumps the epoch, aborts the old owner's open transaction and fences the old producer, whose
+later sends and commits fail with ``ProducerFenced``. (The group-generation-aware variant, KIP-447, needs
+``TxnOffsetCommit`` v3, which aiokafka does not send.) The price is a producer per assigned partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+
+from consumer.config import Settings
+from consumer.sink import Sink
+
+log = logging.getLogger(__name__)
+
+
+def transactional_id(settings: Settings, tp: TopicPartition) -> str:
+    """The transactional.id owning ``tp``'s answers: stable across restarts and members."""
+    return f"{settings.transactional_id_prefix}-{settings.group_id}-{tp.topic}-{tp.partition}"
+
+
+class PartitionTransactions:
+    """Transactional producers (and their sinks) keyed by input partition.
+
+    Args:
+        settings: the consumer settings (topics, group, producer limits, transaction timeout).
+        security: aiokafka security keyword arguments.
+    """
+
+    def __init__(self, settings: Settings, security: dict[str, Any]) -> None:
+        self._settings = settings
+        self._security = security
+        self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
+        self._sinks: dict[TopicPartition, Sink] = {}
+        # One producer per transactional.id in this process: a second one would fence the first.
+        self._opening = asyncio.Lock()
+
+    async def open(self, tp: TopicPartition) -> None:
+        """Start ``tp``'s producer; this fences any other producer with its transactional.id.
+
+        Raises:
+            aiokafka.errors.KafkaError: the transaction coordinator cannot be reached.
+        """
+        async with self._opening:
+            if tp not in self._producers:
+                await self._start(tp)
+
+    async def _start(self, tp: TopicPartition) -> None:
+        s = self._settings
+        producer = AIOKafkaProducer(
+            **self._security,
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.client_id}-txn-{tp.partition}",
+            transactional_id=transactional_id(s, tp),
+            transaction_timeout_ms=s.transaction_timeout_ms,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=s.producer_linger_ms,
+            max_request_size=s.producer_max_request_bytes,
+            request_timeout_ms=s.producer_request_timeout_ms,
+        )
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
+        self._producers[tp] = producer
+        self._sinks[tp] = Sink(
+            producer, results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id
+        )
+        log.info("transactional producer for %s started (%s)", tp, transactional_id(s, tp))
+
+    def producer(self, tp: TopicPartition) -> AIOKafkaProducer:
+        """``tp``'s producer (KeyError when it is not open)."""
+        return self._producers[tp]
+
+    def sink(self, tp: TopicPartition) -> Sink:
+        """``tp``'s sink, writing through its transactional producer."""
+        return self._sinks[tp]
+
+    async def close(self, tp: TopicPartition) -> None:
+        """Stop ``tp``'s producer (an open transaction is aborted by the next owner or the timeout)."""
+        producer = self._producers.pop(tp, None)
+        self._sinks.pop(tp, None)
+        if producer is not None:
+            try:
+                await producer.stop()
+            except Exception as exc:  # noqa: BLE001 (closing a fenced or disconnected producer may fail)
+                log.warning("closing the transactional producer of %s: %r", tp, exc)
+
+    async def reopen(self, tp: TopicPartition) -> None:
+        """Close and open again, aborting whatever transaction the old instance left."""
+        await self.close(tp)
+        await self.open(tp)
+
+    async def close_all(self) -> None:
+        """Stop every producer."""
+        for tp in list(self._producers):
+            await self.close(tp)
