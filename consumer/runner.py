@@ -66,7 +66,8 @@ class OnnxRunner:
         a provider it cannot initialise without raising, so the active provider is read back from the session.
 
         Raises:
-            ModelError: the file cannot be loaded, an input or output is not a tensor, axis 0 is not dynamic,
+            ModelError: the file cannot be loaded, an input or output is not a tensor, an input's axis 0 is not
+                dynamic,
                 or ``require_gpu`` / ``execution_provider=cuda`` is set and CUDA is not active.
         """
         import onnxruntime as ort  # heavy import, kept off unit tests that use fakes
@@ -97,9 +98,9 @@ class OnnxRunner:
             outputs = tuple(TensorSpec.from_ort(o.name, o.type, o.shape) for o in session.get_outputs())
         except KeyError as exc:
             raise ModelError(f"model {str(path)!r} has a non-tensor input or output: {exc}") from None
-        for spec in inputs + outputs:
+        for spec in inputs:  # outputs are checked on every run: first dimension == the batch's rows
             if not spec.shape or spec.shape[0] is not None:
-                raise ModelError(f"tensor {spec.name!r} has no dynamic batch axis (shape {spec.shape})")
+                raise ModelError(f"input {spec.name!r} has no dynamic batch axis (shape {spec.shape})")
         signature = ModelSignature(
             name=model_name or custom.get("model_name") or path.stem,
             version=model_version or custom.get("model_version") or "1",
@@ -138,21 +139,37 @@ class OnnxRunner:
                 )
         return out
 
-    def warmup(self, batch_sizes: Sequence[int], runs: int) -> None:
+    def warmup(self, batch_sizes: Sequence[int], runs: int) -> list[int]:
         """Run zeros ``runs`` times at each batch size (rows) so kernels and arenas are ready before serving.
 
-        Dynamic non-batch axes are warmed at length 1.
+        Dynamic non-batch axes are warmed at length 1. A model that fails at a size above 1 is still served
+        (failing batches are bisected down to single records), with a warning.
+
+        Returns:
+            The batch sizes at which the model failed.
 
         Raises:
-            InferenceError: the model fails on zeros.
+            InferenceError: the model fails on zeros at batch 1, so it cannot serve at all.
         """
+        failing: list[int] = []
         for rows in batch_sizes:
             feeds = {
                 s.name: np.zeros((rows, *(d if d is not None else 1 for d in s.shape[1:])), dtype=s.dtype)
                 for s in self.signature.inputs
             }
-            for _ in range(runs):
-                self.run(feeds, rows)
+            try:
+                for _ in range(runs):
+                    self.run(feeds, rows)
+            except InferenceError as exc:
+                if rows == 1:
+                    raise
+                failing.append(rows)
+                log.warning(
+                    "model fails at batch %d (%s); failing batches will be bisected, consider a smaller max_batch_size",
+                    rows,
+                    exc,
+                )
+        return failing
 
 
 def gpu_count() -> int:

@@ -59,8 +59,8 @@ async def start_app(kafka_bootstrap: str, topics: dict[str, str], digits_model: 
         }
         values.update(overrides)
         settings = Settings(**values)
-        runner = OnnxRunner.load(settings.model_path, execution_provider="cpu")
-        runner.warmup([1, settings.max_batch_size], 1)
+        runner = OnnxRunner.load(settings.model_path, execution_provider="cpu")  # as consumer.__main__ does
+        runner.warmup([1, settings.max_batch_size], settings.warmup_runs)
         app = StreamInferApp(settings, runner, Metrics(CollectorRegistry()))
         await app.start()
         started.append(app)

@@ -70,3 +70,19 @@ def test_split_checks_rows() -> None:
 def test_non_finite_outputs_named() -> None:
     out = {"ok": np.array([1.0]), "bad": np.array([np.nan]), "ints": np.array([1])}
     assert non_finite_outputs(out) == ["bad"]
+
+
+class BatchOneSession(FakeSession):
+    def run(self, output_names: list[str] | None, input_feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        if input_feed["input"].shape[0] != 1:
+            raise RuntimeError("Reshape: input tensor cannot be reshaped to [1, 64]")
+        return super().run(output_names, input_feed)
+
+
+def test_warmup_tolerates_a_model_that_only_runs_at_batch_one(digits_signature: ModelSignature) -> None:
+    assert OnnxRunner(BatchOneSession(), digits_signature).warmup([1, 64], runs=1) == [64]
+
+
+def test_warmup_fails_when_batch_one_fails(digits_signature: ModelSignature) -> None:
+    with pytest.raises(InferenceError):
+        OnnxRunner(FakeSession(fail=True), digits_signature).warmup([1, 64], runs=1)
