@@ -16,6 +16,8 @@ Scenarios (consumers run as separate processes, ``python -m consumer``, unless n
 - ``exactly_once``: the same with ``--delivery exactly_once``; a ``read_committed`` reader must see every
   correlation ID exactly once.
 - ``rebalance``: a group scaled 1 -> 3 -> 1 mid-stream (dynamic membership, SIGTERM on scale-in). Lost 0.
+- ``idle_takeover``: a member without partitions for ``--idle-s`` (120 s in the full run) takes over when the
+  owner is SIGKILLed. Lost 0.
 - ``outage``: the broker is stopped for ``--outage-s`` seconds mid-stream and restarted with its data. The consumer
   must recover by itself (or exit non-zero, and is then restarted as an orchestrator would). Lost 0.
 - ``dlq_missing``: the dead-letter topic does not exist; the offset must not be committed past the poison record;
@@ -94,11 +96,12 @@ class Plan:
     kills: int = 10
     rate: float = 400.0  # records/s while faults happen
     outage_s: float = 20.0
+    idle_s: float = 120.0  # how long the spare member waits without partitions before it takes over
     backlog: int = 1_000_000
     scenarios: list[str] = field(default_factory=list)
 
 
-QUICK = Plan(records=600, kills=3, rate=150.0, outage_s=8.0, backlog=5_000)
+QUICK = Plan(records=600, kills=3, rate=150.0, outage_s=8.0, idle_s=10.0, backlog=5_000)
 
 
 # ------------------------------------------------------------------------------------------------ broker
@@ -367,6 +370,30 @@ async def scenario_rebalance(h: Harness, plan: Plan) -> Outcome:
     )  # fmt: skip
 
 
+async def scenario_idle_takeover(h: Harness, plan: Plan) -> Outcome:
+    """One partition, two members: the spare sits without partitions for ``idle_s``, then its peer is killed."""
+    topics = await h.new_topics("idle", partitions=1)
+    group = f"idle-{uuid.uuid4().hex[:6]}"
+    owner, spare = h.consumer(topics, group, "owner"), h.consumer(topics, group, "spare")
+    owner.start()
+    spare.start()
+    records = h.digits(group, min(plan.records, 2000))
+    half = len(records) // 2
+    await h.produce(topics["requests"], records[:half])
+    await asyncio.sleep(plan.idle_s)
+    owner.kill()  # no LeaveGroup: the spare takes over once the session times out
+    await h.produce(topics["requests"], records[half:])
+    report = await h.answers(topics, records, timeout_s=60)
+    alive = spare.returncode is None
+    code, _ = spare.terminate()
+    lost = len(report.missing)
+    note = f"spare idle {plan.idle_s:.0f} s, took over after SIGKILL of the owner"
+    return Outcome(
+        "idle_takeover", len(records), lost, report.duplicates, report.dead_letters,
+        lost == 0 and alive and code == 0, note,
+    )  # fmt: skip
+
+
 async def scenario_outage(h: Harness, plan: Plan) -> Outcome:
     if h.broker is None:
         return Outcome("outage", 0, 0, 0, 0, True, "skipped: the broker is not ours to stop")
@@ -621,6 +648,7 @@ SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
     "kill9": scenario_kill9,
     "exactly_once": lambda h, p: scenario_kill9(h, p, exactly_once=True),
     "rebalance": scenario_rebalance,
+    "idle_takeover": scenario_idle_takeover,
     "outage": scenario_outage,
     "dlq_missing": scenario_dlq_missing,
     "poison": scenario_poison,
@@ -681,12 +709,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--kills", type=int, help="SIGKILLs in kill9 and exactly_once")
     p.add_argument("--backlog", type=int, help="records waiting in the backlog scenario")
     p.add_argument("--outage-s", type=float, help="seconds the broker is down")
+    p.add_argument("--idle-s", type=float, help="seconds the spare member idles in idle_takeover")
     p.add_argument("--scenarios", default="", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     p.add_argument("--bootstrap-servers", default=None, help="use this broker (no outage scenario)")
     p.add_argument("--work-dir", type=Path, default=None, help="logs and broker state (default: a temp folder)")
     args = p.parse_args(argv)
     plan = Plan(**vars(QUICK)) if args.quick else Plan()
-    for name in ("records", "kills", "backlog", "outage_s"):
+    for name in ("records", "kills", "backlog", "outage_s", "idle_s"):
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))
     plan.scenarios = [s for s in args.scenarios.split(",") if s]
