@@ -42,7 +42,7 @@ from aiokafka.errors import (
 from consumer.batcher import MicroBatcher
 from consumer.codec import DecodedRequest, Limits, correlation_id, decode_request, encode_response
 from consumer.config import Settings
-from consumer.errors import DeadLetterReason, InferenceError, RecordError
+from consumer.errors import DeadLetterReason, DecodeError, InferenceError, RecordError
 from consumer.metrics import Metrics
 from consumer.offsets import OffsetTracker, PartitionOffsets
 from consumer.runner import OnnxRunner, assemble, non_finite_outputs, split
@@ -63,6 +63,24 @@ RETRY_BACKOFF_FIRST_S = 0.1
 RETRY_BACKOFF_MAX_S = 5.0
 #: Longest wait for each of the final commit, leaving the group and closing the producer, seconds.
 SHUTDOWN_STEP_TIMEOUT_S = 10.0
+
+
+#: Records read one by one per partition while isolating an undecodable record, at most.
+ISOLATION_STEP_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodableRecord:
+    """Stands in for a record the Kafka client could not parse: only its coordinates are known."""
+
+    topic: str
+    partition: int
+    offset: int
+    error: str
+    timestamp: int = -1
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def loggable(correlation_id: bytes) -> str:
@@ -127,6 +145,7 @@ class StreamInferApp:
         self._txns: PartitionTransactions | None = None
         self._chunk_lock = asyncio.Lock()  # exactly_once: a rebalance waits for the chunk in its transaction
         self._stop_requested = asyncio.Event()
+        self._crashed = asyncio.Event()
         self._answered = asyncio.Event()  # set whenever a publish task finished (revoke waits on it)
         self._commit_wanted = asyncio.Event()
         self._stopping = False
@@ -202,10 +221,12 @@ class StreamInferApp:
         """Start, serve until ``stop`` is set or a task fails, then stop. Returns the process exit code."""
         await self.start()
         stop_task = asyncio.create_task(stop.wait())
+        crash_task = asyncio.create_task(self._crashed.wait())
         try:
-            await asyncio.wait([stop_task, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([stop_task, crash_task, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop_task.cancel()
+            crash_task.cancel()
             await self.stop()
         return 1 if self.failed is not None else 0
 
@@ -283,10 +304,15 @@ class StreamInferApp:
             await asyncio.gather(*list(self._publishing))
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        """A main task must never end, a publish task never raise: either is a bug, and the process exits 1
+        (uncommitted records are redelivered after the restart)."""
         if task.cancelled() or self._stopping:
             return
         exc = task.exception()
+        if exc is None and task not in self._tasks:
+            return  # a publish task that finished
         self.failed = exc or RuntimeError(f"task {task.get_name()} ended")
+        self._crashed.set()
         log.error("background task %s failed: %r", task.get_name(), self.failed, exc_info=exc)
 
     @property
@@ -319,37 +345,93 @@ class StreamInferApp:
     async def _fetch_loop(self) -> None:
         assert self._consumer is not None
         s = self.settings
-        sig = self.runner.signature
         while True:
             self._backpressure()
-            fetched = await self._consumer.getmany(timeout_ms=s.fetch_timeout_ms, max_records=s.fetch_max_records)
+            try:
+                fetched = await self._consumer.getmany(timeout_ms=s.fetch_timeout_ms, max_records=s.fetch_max_records)
+            except UnicodeDecodeError as exc:  # the client cannot parse a record: find it and dead-letter it
+                fetched = await self._isolate_undecodable(exc)
             if fetched:
                 self._last_progress = self._clock()
-            dead: list[Work] = []
-            for tp, records in fetched.items():
-                offsets = self._tracker.partition(tp)
-                for rec in records:
-                    offsets.track(rec.offset)
-                    started = self._clock()
-                    request: DecodedRequest | None = None
-                    try:
-                        request = decode_request(rec.value, sig, self._limits)
-                    except RecordError as err:
-                        work = self._work(rec, offsets, None)
-                        work.error = err
-                        work.rows = 1  # a dead letter holds memory until acknowledged too
-                        self._add_rows(1)
-                        dead.append(work)
-                        continue
-                    finally:
-                        self.metrics.preprocess_seconds.observe(self._clock() - started)
-                    work = self._work(rec, offsets, request)
-                    work.rows = request.rows
-                    self._add_rows(request.rows)
-                    self._batcher.put(work, request.rows, request.shape_key)
-            if dead:
-                self._spawn_publish(dead)
+            self._ingest(fetched)
             self._update_lag()
+
+    def _ingest(self, fetched: dict[TopicPartition, list[Any]]) -> None:
+        """Decode fetched records: requests go to the batcher, poison straight to a publish task."""
+        dead: list[Work] = []
+        for tp, records in fetched.items():
+            offsets = self._tracker.partition(tp)
+            for rec in records:
+                work = self._decode(rec, offsets)
+                if work.request is None:
+                    dead.append(work)
+                else:
+                    self._batcher.put(work, work.rows, work.request.shape_key)
+                self._add_rows(work.rows)
+        if dead:
+            self._spawn_publish(dead)
+
+    def _decode(self, rec: RecordLike, offsets: PartitionOffsets) -> Work:
+        """Track one record and decode it into a Work holding either a request or the error to dead-letter.
+        A dead letter counts one row against ``max_in_flight_rows``: it holds memory until acknowledged too."""
+        offsets.track(rec.offset)
+        started = self._clock()
+        try:
+            if isinstance(rec, UndecodableRecord):
+                raise DecodeError(DeadLetterReason.UNDECODABLE_RECORD, rec.error)
+            request = decode_request(rec.value, self.runner.signature, self._limits)
+        except RecordError as err:
+            work = self._work(rec, offsets, None)
+            work.error = err
+            work.rows = 1
+            return work
+        finally:
+            self.metrics.preprocess_seconds.observe(self._clock() - started)
+        work = self._work(rec, offsets, request)
+        work.rows = request.rows
+        return work
+
+    async def _isolate_undecodable(self, exc: Exception) -> dict[TopicPartition, list[Any]]:
+        """The Kafka client raised while parsing a fetched batch (e.g. a header key that is not UTF-8), without
+        saying which record. Rewind every partition to the first offset not yet seen, then read the partitions
+        one at a time, one record at a time, until the culprit raises again; it becomes an
+        :class:`UndecodableRecord` (dead-lettered as ``undecodable_record``) and the partition skips it.
+
+        Returns:
+            The records read meanwhile, the stand-in included, to be answered as usual.
+        """
+        assert self._consumer is not None
+        consumer = self._consumer
+        log.error("the Kafka client cannot decode a fetched record (%r); isolating it", exc)
+        assigned = sorted(consumer.assignment(), key=lambda tp: (tp.topic, tp.partition))
+        for tp in assigned:
+            resume_at = self._tracker.partition(tp).next_offset
+            if resume_at is not None:
+                consumer.seek(tp, resume_at)  # what the failed fetch swallowed is read again
+        was_paused = consumer.paused()
+        consumer.pause(*assigned)
+        found: dict[TopicPartition, list[Any]] = {}
+        try:
+            for tp in assigned:
+                consumer.resume(tp)
+                try:
+                    for _ in range(ISOLATION_STEP_LIMIT):
+                        got = await consumer.getmany(tp, timeout_ms=self.settings.fetch_timeout_ms, max_records=1)
+                        if not got:
+                            break
+                        found.setdefault(tp, []).extend(got.get(tp, []))
+                except UnicodeDecodeError as bad:
+                    offset = await consumer.position(tp)
+                    stand_in = UndecodableRecord(tp.topic, tp.partition, offset, error=f"{type(bad).__name__}: {bad}")
+                    found.setdefault(tp, []).append(stand_in)
+                    consumer.seek(tp, offset + 1)
+                    log.error("record %s:%d cannot be decoded by the Kafka client; dead-lettering it", tp, offset)
+                    return found
+                finally:
+                    consumer.pause(tp)
+            return found
+        finally:
+            consumer.resume(*(set(assigned) - was_paused))
 
     def _backpressure(self) -> None:
         """Pause every assigned partition while in-flight rows are at the limit; resume below it. Fetch calls go
@@ -441,6 +523,7 @@ class StreamInferApp:
         task = asyncio.create_task(self._publish(items), name="streaminfer-publish")
         self._publishing.add(task)
         task.add_done_callback(self._publishing.discard)
+        task.add_done_callback(self._on_task_done)
 
     async def _publish(self, items: list[Work]) -> None:
         """Send every answer, retry failed sends with backoff until acknowledged, then mark the offsets done."""
@@ -484,7 +567,8 @@ class StreamInferApp:
                 work.error.reason.value,
                 work.error,
             )
-        self.metrics.record_age_seconds.observe(max(0.0, now_ms - work.record.timestamp) / 1000.0)
+        if work.record.timestamp >= 0:  # a stand-in for an undecodable record has no timestamp
+            self.metrics.record_age_seconds.observe(max(0.0, now_ms - work.record.timestamp) / 1000.0)
 
     async def _send(self, work: Work, sink: Sink | None = None) -> asyncio.Future[Any]:
         """Queue one answer on ``sink`` (default: the shared one); a result too large for the producer becomes a
@@ -529,7 +613,10 @@ class StreamInferApp:
         assert self._consumer is not None
         s = self.settings
         while not self._stop_requested.is_set():
-            fetched = await self._consumer.getmany(timeout_ms=s.fetch_timeout_ms, max_records=s.fetch_max_records)
+            try:
+                fetched = await self._consumer.getmany(timeout_ms=s.fetch_timeout_ms, max_records=s.fetch_max_records)
+            except UnicodeDecodeError as exc:
+                fetched = await self._isolate_undecodable(exc)
             if fetched:
                 self._last_progress = self._clock()
                 async with self._chunk_lock:
@@ -537,28 +624,14 @@ class StreamInferApp:
             self._update_lag()
 
     async def _transactional_chunk(self, fetched: dict[TopicPartition, list[Any]]) -> None:
-        sig = self.runner.signature
         batcher: MicroBatcher[Work] = MicroBatcher(self.settings.max_batch_size, 0, self._clock)
         chunk: dict[TopicPartition, list[Work]] = {}
         for tp, records in fetched.items():
             offsets = self._tracker.partition(tp)
-            works = chunk[tp] = []
-            for rec in records:
-                offsets.track(rec.offset)
-                started = self._clock()
-                try:
-                    request = decode_request(rec.value, sig, self._limits)
-                except RecordError as err:
-                    work = self._work(rec, offsets, None)
-                    work.error = err
-                    works.append(work)
-                    continue
-                finally:
-                    self.metrics.preprocess_seconds.observe(self._clock() - started)
-                work = self._work(rec, offsets, request)
-                work.rows = request.rows
-                works.append(work)
-                batcher.put(work, request.rows, request.shape_key)
+            works = chunk[tp] = [self._decode(rec, offsets) for rec in records]
+            for work in works:
+                if work.request is not None:
+                    batcher.put(work, work.rows, work.request.shape_key)
         batcher.close()
         while (batch := batcher.pop_ready(self._clock())) is not None:
             await self._infer(batch)

@@ -53,6 +53,9 @@ class DeadLetterReason(StrEnum):
     """``data`` contains JSON null."""
     TOO_LARGE = "too_large"
     """The value exceeds ``max_record_bytes`` or the request exceeds ``max_record_rows``."""
+    UNDECODABLE_RECORD = "undecodable_record"
+    """The Kafka client could not parse the record (e.g. a header key that is not UTF-8); the dead letter carries
+    only its topic, partition and offset (no key, value or headers)."""
     INFERENCE_ERROR = "inference_error"
     """ONNX Runtime raised for the batch holding this record, or an output's first dimension did not match
     the batch's rows."""

@@ -26,7 +26,7 @@ class PartitionOffsets:
     (next offset to read), or None when nothing has finished since the assignment.
     """
 
-    __slots__ = ("_done", "_order", "commit_position", "committed", "first_tracked")
+    __slots__ = ("_done", "_order", "commit_position", "committed", "first_tracked", "next_offset")
 
     def __init__(self) -> None:
         self._order: deque[int] = deque()
@@ -34,6 +34,7 @@ class PartitionOffsets:
         self.commit_position: int | None = None
         self.committed: int | None = None
         self.first_tracked: int | None = None
+        self.next_offset: int | None = None  # one past the last tracked offset
 
     def track(self, offset: int) -> None:
         """Register a fetched record.
@@ -45,6 +46,7 @@ class PartitionOffsets:
         if offset <= last:
             raise ValueError(f"offset {offset} tracked out of order (last {last})")
         self._order.append(offset)
+        self.next_offset = offset + 1
         if self.first_tracked is None:
             self.first_tracked = offset
 

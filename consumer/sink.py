@@ -6,9 +6,9 @@ Result record: key = the request's key; value = OIP inference response (JSON); h
     content-type                        application/json
     streaminfer.request.timestamp_ms    the request record's timestamp, ms since the epoch (decimal text)
 
-Dead-letter record: the request's key, value and headers unchanged (null header values stay null), followed by
-these headers (decimal text
-for numbers; the ``__connect.errors.*`` names are Kafka Connect's, so existing DLQ tooling reads them)::
+Dead-letter record: the request's key, value and headers unchanged (null header values stay null; a record
+with neither key nor value gets an empty value, since Kafka clients need one of them), followed by these headers
+(decimal text for numbers; the ``__connect.errors.*`` names are Kafka Connect's, so DLQ tooling reads them)::
 
     correlation_id                          the correlation ID (also when the request had none: topic:partition:offset)
     streaminfer.error.reason                one of DeadLetterReason (machine-readable)
@@ -148,4 +148,6 @@ class Sink:
             (TIMESTAMP_HEADER, str(record.timestamp).encode()),
             (GROUP_HEADER, self._group),
         ]
+        if value is None and record.key is None:
+            value = b""  # Kafka clients need a key or a value; an empty value stands for "none"
         return await self._producer.send(self.dead_letter_topic, value=value, key=record.key, headers=headers)

@@ -42,7 +42,7 @@ def catalogue() -> list[Poison]:
     return [
         Poison("garbage_bytes", R.INVALID_JSON, b"{not json"),
         Poison("empty_value", R.INVALID_JSON, b""),
-        Poison("null_value_tombstone", R.INVALID_JSON, None),
+        Poison("null_value_tombstone", R.INVALID_JSON, None),  # sent with a key; see also test_sink
         Poison("non_utf8", R.INVALID_JSON, b"\xff\xfe\x00\x01"),
         Poison(
             "nan_token", R.INVALID_JSON, b'{"inputs":[{"name":"input","shape":[1,1],"datatype":"FP32","data":[NaN]}]}'
