@@ -19,6 +19,9 @@ from producer_tools.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
+#: Settings check only that model_path is a file; tests that need no model point here.
+MODEL_PLACEHOLDER = Path(__file__)
+
 
 @pytest.fixture
 async def topics(kafka_bootstrap: str) -> dict[str, str]:

@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
+from consumer.config import Settings
+from consumer.transactions import PartitionTransactions
 from producer_tools.produce import digits_requests, interleave, poison_requests, send_all
 from producer_tools.results import collect
-from tests.integration.conftest import AppFactory
+from tests.integration.conftest import MODEL_PLACEHOLDER, AppFactory
 
 pytestmark = pytest.mark.integration
 
@@ -50,3 +53,52 @@ async def test_each_answer_exactly_once_with_offsets_in_the_transaction(
             assert await probe.committed(tp) == ends[tp]
     finally:
         await probe.stop()
+
+
+async def test_zombie_is_fenced_by_the_partitions_next_owner(kafka_bootstrap: str, topics: dict[str, str]) -> None:
+    """Two members believe they own partition 0: the older producer (the zombie) can no longer commit, and a
+    read_committed reader never sees what it wrote."""
+    settings = Settings(
+        bootstrap_servers=kafka_bootstrap,
+        group_id=f"zombie-{uuid.uuid4().hex[:6]}",
+        requests_topic=topics["requests"],
+        results_topic=topics["results"],
+        dead_letter_topic=topics["dlq"],
+        model_path=MODEL_PLACEHOLDER,
+        delivery="exactly_once",
+    )
+    tp = TopicPartition(topics["requests"], 0)
+    zombie, owner = PartitionTransactions(settings, {}), PartitionTransactions(settings, {})
+    await zombie.open(tp)
+    try:
+        old = zombie.producer(tp)
+        await old.begin_transaction()
+        await old.send_and_wait(topics["results"], b"zombie", key=b"z")
+        await owner.open(tp)  # the new owner's InitProducerId bumps the epoch: the zombie is fenced
+        new = owner.producer(tp)
+        await new.begin_transaction()
+        await new.send_and_wait(topics["results"], b"owner", key=b"o")
+        await new.commit_transaction()
+        with pytest.raises(KafkaError):
+            await old.commit_transaction()
+    finally:
+        await zombie.close_all()
+        await owner.close_all()
+
+    reader = AIOKafkaConsumer(
+        topics["results"],
+        bootstrap_servers=kafka_bootstrap,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+    )
+    await reader.start()
+    try:
+        seen = []
+        for _ in range(10):
+            batch = await reader.getmany(timeout_ms=500)
+            seen += [r.value for records in batch.values() for r in records]
+            if seen:
+                break
+    finally:
+        await reader.stop()
+    assert seen == [b"owner"]
