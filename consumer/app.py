@@ -255,6 +255,13 @@ class StreamInferApp:
         await asyncio.gather(*[t for t in (batch, commit) if t is not None], *self._publishing, return_exceptions=True)
         if self._consumer is not None:
             await self._quietly("final commit", self._commit())
+        await self._close_clients()
+
+    async def _close_clients(self) -> None:
+        """Leave the group, close the producers and the inference thread."""
+        if self._txns is not None:
+            await self._txns.close_all()
+        if self._consumer is not None:
             await self._quietly("leaving the group", self._consumer.stop())
         if self._producer is not None:
             await self._quietly("closing the producer", self._producer.stop())
@@ -287,15 +294,7 @@ class StreamInferApp:
                 log.debug("transactional loop ended with %r", exc)
             loop_task.cancel()
             await asyncio.gather(loop_task, return_exceptions=True)
-        if self._txns is not None:
-            await self._txns.close_all()
-        if self._consumer is not None:
-            await self._quietly("leaving the group", self._consumer.stop())
-        if self._producer is not None:
-            await self._quietly("closing the producer", self._producer.stop())
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-        log.info("stopped")
+        await self._close_clients()
 
     async def _drain(self, batch: asyncio.Task[None] | None) -> None:
         if batch is not None:

@@ -53,13 +53,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from consumer.codec import CORRELATION_HEADER, encode_request
 from consumer.errors import DeadLetterReason
 from producer_tools.poison import catalogue
-from producer_tools.produce import DEFAULT_HELDOUT, Outgoing
+from producer_tools.produce import DEFAULT_HELDOUT, Headers, Outgoing, send_all
 from producer_tools.results import Report, collect
 from producer_tools.topics import ensure_topics
 
@@ -270,25 +270,10 @@ class Harness:
         topic: str,
         records: Sequence[Outgoing],
         rate: float | None = None,
-        headers: Callable[[Outgoing], list[tuple[str, bytes | None]]] | None = None,
+        headers: Callable[[Outgoing], Headers] | None = None,
     ) -> None:
-        """Send with acks=all (key and header ``correlation_id`` = the ID), paced at ``rate`` records/s."""
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=5)
-        await producer.start()
-        try:
-            started = time.monotonic()
-            futures = []
-            for i, rec in enumerate(records):
-                if rate:
-                    delay = started + i / rate - time.monotonic()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                cid = rec.correlation_id.encode()
-                hdrs = headers(rec) if headers else [(CORRELATION_HEADER, cid)]
-                futures.append(await producer.send(topic, rec.value, key=cid, headers=hdrs))
-            await asyncio.gather(*futures)
-        finally:
-            await producer.stop()
+        """Send with acks=all, paced at ``rate`` records/s (``streaminfer-produce``'s own sender)."""
+        await send_all(self.bootstrap, topic, records, rate, progress=False, headers=headers)
 
     async def answers(
         self, topics: dict[str, str], records: Sequence[Outgoing], timeout_s: float, read_committed: bool = False
@@ -471,13 +456,13 @@ async def count_records(bootstrap: str, topic: str) -> int:
         await probe.stop()
 
 
-def fuzz_records(run: str, good: list[Outgoing]) -> tuple[list[Outgoing], dict[str, list[tuple[str, bytes | None]]]]:
+def fuzz_records(run: str, good: list[Outgoing]) -> tuple[list[Outgoing], dict[str, Headers]]:
     """Poison of every kind plus header and size fuzz, interleaved with ``good``; returns (records, headers)."""
     bad = [Outgoing(f"{run}-poison-{p.kind}", p.value, expected_reason=p.reason.value) for p in catalogue()]
     big = encode_request(None, {"input": np.zeros((1, 64), np.float32)}) + b" " * 200_000  # > --max-record-bytes
     bad.append(Outgoing(f"{run}-poison-huge", big, expected_reason=DeadLetterReason.TOO_LARGE.value))
     bad.append(Outgoing(f"{run}-poison-random-bytes", os.urandom(512), expected_reason="invalid_json"))
-    headers: dict[str, list[tuple[str, bytes | None]]] = {}
+    headers: dict[str, Headers] = {}
     # Valid requests with odd headers must be answered, not dead-lettered.
     repeated, non_utf8, null = good[1], good[2], good[3]
     headers[repeated.correlation_id] = [
@@ -509,7 +494,7 @@ async def scenario_poison(h: Harness, plan: Plan) -> Outcome:
     good = h.digits(group, max(60, plan.records // 10))
     records, headers = fuzz_records(group, good)
 
-    def hdrs(rec: Outgoing) -> list[tuple[str, bytes | None]]:
+    def hdrs(rec: Outgoing) -> Headers:
         return headers.get(rec.correlation_id, [(CORRELATION_HEADER, rec.correlation_id.encode())])
 
     await h.produce(topics["requests"], records, headers=hdrs)

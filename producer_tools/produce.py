@@ -18,7 +18,7 @@ import asyncio
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,11 +123,19 @@ def interleave(good: list[Outgoing], bad: list[Outgoing]) -> list[Outgoing]:
     return out
 
 
+Headers = list[tuple[str, bytes | None]]
+
+
 async def send_all(
-    bootstrap_servers: str, topic: str, records: Sequence[Outgoing], rate: float | None = None, progress: bool = True
+    bootstrap_servers: str,
+    topic: str,
+    records: Sequence[Outgoing],
+    rate: float | None = None,
+    progress: bool = True,
+    headers: Callable[[Outgoing], Headers] | None = None,
 ) -> None:
-    """Send ``records`` (key and header ``correlation_id`` = the correlation ID), paced at ``rate`` records/s if
-    given, and wait until the broker acknowledged every one.
+    """Send ``records`` (key = the correlation ID; headers ``correlation_id`` = the ID unless ``headers`` gives
+    them), paced at ``rate`` records/s if given, and wait until the broker acknowledged every one.
 
     Raises:
         aiokafka.errors.KafkaError: a send failed.
@@ -146,9 +154,8 @@ async def send_all(
                     if delay > 0:
                         await asyncio.sleep(delay)
                 cid = rec.correlation_id.encode()
-                futures.append(
-                    await producer.send(topic, value=rec.value, key=cid, headers=[(CORRELATION_HEADER, cid)])
-                )
+                hdrs = headers(rec) if headers else [(CORRELATION_HEADER, cid)]
+                futures.append(await producer.send(topic, value=rec.value, key=cid, headers=hdrs))
                 bar.update(1)
             await asyncio.gather(*futures)
     finally:
