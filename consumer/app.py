@@ -1,21 +1,25 @@
 """Wiring: Kafka in -> decode/validate -> micro-batch -> ONNX Runtime -> Kafka out -> commit.
 
-Tasks (created in :meth:`StreamInferApp.start`, cancelled and drained in :meth:`StreamInferApp.stop`)::
+at_least_once tasks (created in :meth:`StreamInferApp.start`, cancelled and drained in :meth:`StreamInferApp.stop`)::
 
-    fetch   getmany() -> decode + validate each record -> batcher (or straight to dead letters)
-            waits while in-flight rows >= max_in_flight_rows
-    batch   batcher.next_batch() -> ORT in the inference thread -> split -> one publish task per batch
+    fetch   getmany() -> decode + validate each record -> batcher (or straight to dead letters); every assigned
+            partition is paused while in-flight rows >= max_in_flight_rows (fetch calls go on: the member stays)
+    batch   batcher.next_batch() -> ORT in the inference thread -> split -> one publish task per batch;
+            a failing batch is bisected until the culprit is alone
     publish send every answer (result or dead letter), await the broker's acks, retry failures with backoff,
             then mark the records done in the offset tracker
     commit  commits each partition's highest contiguous done offset, at most every commit_interval_ms
 
-Delivery: at least once. An offset is committed only after the answer of that record and of every record
-before it in its partition was acknowledged (acks=all, idempotent producer). A crash replays what was not
-committed; duplicates are possible, losses are not.
+An offset is committed only after the answer of that record and of every record before it in its partition was
+acknowledged (acks=all, idempotent producer). A crash replays what was not committed: duplicates are possible,
+losses are not.
+
+exactly_once runs one task instead: fetch a chunk, answer it, and per partition write the answers and the next
+offset in one transaction of that partition's transactional producer (:mod:`consumer.transactions`).
 
 Shutdown (:meth:`StreamInferApp.stop`, on SIGTERM/SIGINT): stop fetching, flush the batcher, finish and publish
-the batches in flight, commit, leave the group; all within ``shutdown_grace_s``. What does not finish in time is
-not committed and will be redelivered.
+the batches in flight (exactly_once: finish the open transaction), commit, leave the group; all within
+``shutdown_grace_s``. What does not finish in time is not committed and will be redelivered.
 """
 
 from __future__ import annotations
