@@ -36,11 +36,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import (
+    IllegalOperation,
     InvalidProducerEpoch,
     KafkaError,
     MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
     ProducerFenced,
     RecordTooLargeError,
+    UnknownProducerId,
 )
 
 from consumer.batcher import MicroBatcher
@@ -58,6 +61,14 @@ log = logging.getLogger(__name__)
 
 #: Producer errors that mean "this record is too large": retrying the same bytes can never succeed.
 TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError)
+#: Errors after which the idempotent producer's sequence state is broken: only a new producer can write again.
+#: A batch the broker refused as too large leaves it so too.
+BROKEN_PRODUCER = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch, *TOO_LARGE)
+
+
+class NotSentError(KafkaError):  # type: ignore[misc]
+    """A write that was not attempted because an earlier one of the same round failed; it is simply retried."""
+
 
 #: Longest correlation ID written to a log line, bytes (longer ones are cut and marked).
 MAX_LOGGED_ID_BYTES = 128
@@ -65,8 +76,10 @@ MAX_LOGGED_ID_BYTES = 128
 #: First and largest pause between retries of a failed result or dead-letter write, seconds.
 RETRY_BACKOFF_FIRST_S = 0.1
 RETRY_BACKOFF_MAX_S = 5.0
-#: Longest wait for each of the final commit, leaving the group and closing the producer, seconds.
-SHUTDOWN_STEP_TIMEOUT_S = 10.0
+#: Longest wait for each of the final commit, leaving the group and closing the producers, seconds. The drain
+#: gets shutdown_grace_s minus SHUTDOWN_RESERVE_S, so the whole stop fits in shutdown_grace_s.
+SHUTDOWN_STEP_TIMEOUT_S = 2.0
+SHUTDOWN_RESERVE_S = 3 * SHUTDOWN_STEP_TIMEOUT_S
 
 
 #: Records read one by one per partition while isolating an undecodable record, at most.
@@ -108,6 +121,7 @@ class Work:
     enqueued_at: float = 0.0  # clock() seconds
     rows: int = field(default=0)
     reduced: bool = False  # the full dead letter was too large: write the reduced one
+    solo: bool = False  # the broker refused its produce request as too large: send it alone before judging it
 
 
 class StreamInferApp:
@@ -150,10 +164,16 @@ class StreamInferApp:
         self._chunk_lock = asyncio.Lock()  # exactly_once: a rebalance waits for the chunk in its transaction
         self._stop_requested = asyncio.Event()
         self._crashed = asyncio.Event()
+        self._producer_lock = asyncio.Lock()
+        self._solo_lock = asyncio.Lock()
+        self._producer_generation = 0
+        #: exactly_once: (topic, partition, offset) -> times the broker refused the record as too large.
+        self._size_verdicts: dict[tuple[str, int, int], int] = {}
         self._answered = asyncio.Event()  # set whenever a publish task finished (revoke waits on it)
         self._commit_wanted = asyncio.Event()
         self._stopping = False
         self._last_progress = clock()
+        metrics.seconds_since_progress.set_function(lambda: self._clock() - self._last_progress)
         self._lag_total = 0
         self.joined = False
         self.failed: BaseException | None = None
@@ -168,25 +188,11 @@ class StreamInferApp:
         s = self.settings
         security = kafka_security_kwargs(s)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streaminfer-ort")
-        self._producer = AIOKafkaProducer(
-            **security,
-            bootstrap_servers=s.bootstrap_servers,
-            client_id=f"{s.client_id}-producer",
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=s.producer_linger_ms,
-            max_request_size=s.producer_max_request_bytes,
-            request_timeout_ms=s.producer_request_timeout_ms,
-        )
         try:
-            await self._producer.start()
+            await self._open_producer(security)
         except BaseException:
-            await self._producer.stop()  # a failed start leaves open connections behind
             self._executor.shutdown(wait=False)
             raise
-        self._sink = Sink(
-            self._producer, results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id
-        )
         self._consumer = AIOKafkaConsumer(
             **security,
             bootstrap_servers=s.bootstrap_servers,
@@ -207,7 +213,8 @@ class StreamInferApp:
             await self._consumer.start()
         except BaseException:
             await self._consumer.stop()
-            await self._producer.stop()
+            if self._producer is not None:
+                await self._producer.stop()
             self._executor.shutdown(wait=False)
             raise
         if self._exactly_once:
@@ -220,6 +227,47 @@ class StreamInferApp:
             ]
         for task in self._tasks:
             task.add_done_callback(self._on_task_done)
+
+    async def _open_producer(self, security: dict[str, Any]) -> None:
+        """Start the shared idempotent producer (acks=all) and its sink.
+
+        Raises:
+            aiokafka.errors.KafkaError: the broker cannot be reached.
+        """
+        s = self.settings
+        producer = AIOKafkaProducer(
+            **security,
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.client_id}-producer",
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=s.producer_linger_ms,
+            max_request_size=s.producer_max_request_bytes,
+            request_timeout_ms=s.producer_request_timeout_ms,
+        )
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()  # a failed start leaves open connections behind
+            raise
+        self._producer = producer
+        self._sink = Sink(
+            producer, results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id
+        )
+        self._producer_generation += 1
+
+    async def _replace_producer(self, generation: int, cause: BaseException) -> None:
+        """The idempotent producer's sequence state broke (e.g. the broker refused a batch as too large, and
+        the batches behind it get OutOfOrderSequenceNumber forever): start a new producer, once per breakage."""
+        async with self._producer_lock:
+            if generation != self._producer_generation:
+                return  # another publish task already replaced it
+            log.warning("replacing the producer after %r", cause)
+            old = self._producer
+            await self._open_producer(kafka_security_kwargs(self.settings))
+            if old is not None:
+                closing: Awaitable[None] = old.stop()
+                await self._quietly("closing the broken producer", closing)
 
     async def run(self, stop: asyncio.Event) -> int:
         """Start, serve until ``stop`` is set or a task fails, then stop. Returns the process exit code."""
@@ -248,7 +296,7 @@ class StreamInferApp:
             await asyncio.gather(fetch, return_exceptions=True)
         self._batcher.close()
         try:
-            await asyncio.wait_for(self._drain(batch), timeout=self.settings.shutdown_grace_s)
+            await asyncio.wait_for(self._drain(batch), timeout=self._drain_budget_s())
         except TimeoutError:
             log.warning(
                 "shutdown grace of %.1f s exceeded; unanswered records stay uncommitted and will be redelivered",
@@ -264,7 +312,7 @@ class StreamInferApp:
     async def _close_clients(self) -> None:
         """Leave the group, close the producers and the inference thread."""
         if self._txns is not None:
-            await self._txns.close_all()
+            await self._quietly("closing the transactional producers", self._txns.close_all())
         if self._consumer is not None:
             await self._quietly("leaving the group", self._consumer.stop())
         if self._producer is not None:
@@ -272,6 +320,10 @@ class StreamInferApp:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
         log.info("stopped")
+
+    def _drain_budget_s(self) -> float:
+        """The part of shutdown_grace_s for draining; the rest is kept for commit, leaving and closing."""
+        return max(0.5, self.settings.shutdown_grace_s - SHUTDOWN_RESERVE_S)
 
     async def _quietly(self, what: str, step: Awaitable[None]) -> None:
         """Run a shutdown step with a time limit; a broker that is gone must not turn a stop into a crash."""
@@ -291,7 +343,7 @@ class StreamInferApp:
         if self._tasks:
             loop_task = self._tasks[0]
             try:
-                await asyncio.wait_for(asyncio.shield(loop_task), timeout=self.settings.shutdown_grace_s)
+                await asyncio.wait_for(asyncio.shield(loop_task), timeout=self._drain_budget_s())
             except TimeoutError:
                 log.warning("shutdown grace exceeded; the open transaction is aborted, its records redelivered")
             except Exception as exc:  # noqa: BLE001 (the loop's own failure is already recorded)
@@ -329,7 +381,6 @@ class StreamInferApp:
         if self.failed is not None:
             return False, f"background task failed: {self.failed!r}"
         idle_s = self._clock() - self._last_progress
-        self.metrics.seconds_since_progress.set(idle_s)
         if self._lag_total > 0 and idle_s > self.settings.stall_timeout_s:
             return False, f"stalled: lag {self._lag_total} records, no fetch or commit for {idle_s:.0f} s"
         return True, "ok"
@@ -350,8 +401,12 @@ class StreamInferApp:
         s = self.settings
         while True:
             self._backpressure()
+            # Every record holds at least one row: fetch no more records than rows are free.
+            room = max(1, s.max_in_flight_rows - self._in_flight_rows)
             try:
-                fetched = await self._consumer.getmany(timeout_ms=s.fetch_timeout_ms, max_records=s.fetch_max_records)
+                fetched = await self._consumer.getmany(
+                    timeout_ms=s.fetch_timeout_ms, max_records=min(s.fetch_max_records, room)
+                )
             except UnicodeDecodeError as exc:  # the client cannot parse a record: find it and dead-letter it
                 fetched = await self._isolate_undecodable(exc)
             if fetched:
@@ -533,13 +588,16 @@ class StreamInferApp:
         pending = items
         backoff = RETRY_BACKOFF_FIRST_S
         while pending:
-            futures = [await self._send(w) for w in pending]
-            acks = await asyncio.gather(*futures, return_exceptions=True)
+            generation = self._producer_generation
+            acks = await self._send_all(pending)
+            broken = next((a for a in acks if isinstance(a, BROKEN_PRODUCER)), None)
+            if broken is not None:
+                await self._replace_producer(generation, broken)
             failed: list[Work] = []
             now_ms = self._wall_clock() * 1000.0
             for work, ack in zip(pending, acks, strict=True):
-                if isinstance(ack, TOO_LARGE):  # the broker refused the size: never retry the same record
-                    self._shrink(work, ack)
+                if isinstance(ack, TOO_LARGE):
+                    self._judge_size(work, ack)
                     failed.append(work)
                     continue
                 if isinstance(ack, BaseException):
@@ -556,6 +614,33 @@ class StreamInferApp:
         self._add_rows(-sum(w.rows for w in items))
         self._answered.set()
         self._commit_wanted.set()
+
+    async def _send_all(self, works: Sequence[Work], sink: Sink | None = None) -> list[Any]:
+        """Send ``works``; each ``solo`` one is awaited before the next is queued, so it travels in a produce
+        request of its own. Returns each write's acknowledgement or exception, in order."""
+        futures: list[asyncio.Future[Any]] = []
+        halted = False
+        for work in works:
+            if halted:  # a lone write failed: the producer is suspect, the rest waits for the next round
+                future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                future.set_exception(NotSentError("an earlier write of this round failed"))
+            elif work.solo:  # one lone write at a time across all publish tasks: two never share a batch
+                async with self._solo_lock:
+                    future = await self._send(work, sink)
+                    await asyncio.wait([future])
+                halted = future.exception() is not None
+            else:
+                future = await self._send(work, sink)
+            futures.append(future)
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    def _judge_size(self, work: Work, exc: BaseException) -> None:
+        """The broker refused a produce request as too large. That request may have held other records too, so
+        the record is first sent alone; refused alone, it is shrunk (result -> dead letter -> reduced)."""
+        if work.solo:
+            self._shrink(work, exc)
+        else:
+            work.solo = True
 
     def _count_answer(self, work: Work, now_ms: float) -> None:
         """Metrics and the per-record log line of an acknowledged answer."""
@@ -620,8 +705,7 @@ class StreamInferApp:
                 fetched = await self._consumer.getmany(timeout_ms=s.fetch_timeout_ms, max_records=s.fetch_max_records)
             except UnicodeDecodeError as exc:
                 fetched = await self._isolate_undecodable(exc)
-            if fetched:
-                self._last_progress = self._clock()
+            if fetched:  # progress is counted on committed transactions only: a chunk can fail again and again
                 async with self._chunk_lock:
                     await self._transactional_chunk(fetched)
             self._update_lag()
@@ -633,6 +717,7 @@ class StreamInferApp:
             offsets = self._tracker.partition(tp)
             works = chunk[tp] = [self._decode(rec, offsets) for rec in records]
             for work in works:
+                self._apply_size_verdict(work)
                 if work.request is not None:
                     batcher.put(work, work.rows, work.request.shape_key)
         batcher.close()
@@ -650,38 +735,41 @@ class StreamInferApp:
             await self._txns.open(tp)
             producer = self._txns.producer(tp)
             await producer.begin_transaction()
-            sink = self._txns.sink(tp)
             # _send shrinks what the producer refuses as too large before it is queued; a write that fails later
-            # puts the transaction in error, so it is aborted and the chunk answered again.
-            acks = await asyncio.gather(*[await self._send(w, sink) for w in works], return_exceptions=True)
+            # puts the transaction in error, so it is aborted and the chunk answered again (a record the broker
+            # refuses as too large is remembered: sent alone next time, then shrunk).
+            acks = await self._send_all(works, self._txns.sink(tp))
+            for work, ack in zip(works, acks, strict=True):
+                if isinstance(ack, TOO_LARGE):
+                    key = (tp.topic, tp.partition, work.record.offset)
+                    self._size_verdicts[key] = self._size_verdicts.get(key, 0) + 1
             failure = next((a for a in acks if isinstance(a, BaseException)), None)
             if failure is not None:
                 raise failure
             next_offset = works[-1].record.offset + 1
             await producer.send_offsets_to_transaction({tp: next_offset}, self.settings.group_id)
             await producer.commit_transaction()
-        except (ProducerFenced, InvalidProducerEpoch) as exc:
+        except (ProducerFenced, InvalidProducerEpoch, IllegalOperation) as exc:
+            # IllegalOperation: aiokafka's answer to sends after its producer was fenced (not a KafkaError).
             # Another producer with this transactional.id exists: the partition's new owner (we are about to be
             # revoked) or a restarted instance. Nothing of this chunk became visible; if the partition is still
             # ours, rewind so a fresh producer answers it again.
             log.warning("producer of %s fenced: %r", tp, exc)
             await self._txns.close(tp)
-            self._tracker.forget({tp})
-            if tp in self._consumer.assignment():
-                self._consumer.seek(tp, works[0].record.offset)
+            self._rewind(tp, works[0].record.offset)
             return
         except KafkaError as exc:
             log.warning("transaction for %s failed, aborting and re-reading %d records: %r", tp, len(works), exc)
             self.metrics.produce_retries.inc(len(works))
             try:
+                if isinstance(exc, BROKEN_PRODUCER):
+                    raise exc  # its sequence state is lost: only a new producer (which aborts the txn) helps
                 await self._txns.producer(tp).abort_transaction()
             except (KafkaError, KeyError) as abort_exc:
                 log.warning("abort for %s failed (%r); restarting its producer", tp, abort_exc)
                 with contextlib.suppress(KafkaError):
                     await self._txns.reopen(tp)
-            self._tracker.forget({tp})
-            if tp in self._consumer.assignment():
-                self._consumer.seek(tp, works[0].record.offset)
+            self._rewind(tp, works[0].record.offset)
             await asyncio.sleep(RETRY_BACKOFF_FIRST_S)
             return
         now_ms = self._wall_clock() * 1000.0
@@ -689,9 +777,34 @@ class StreamInferApp:
         for work in works:
             offsets.done(work.record.offset)
             self._count_answer(work, now_ms)
+            self._size_verdicts.pop((tp.topic, tp.partition, work.record.offset), None)
         self._tracker.mark_committed({tp: next_offset})
         self.metrics.commits.inc()
         self._last_progress = self._clock()
+
+    def _rewind(self, tp: TopicPartition, offset: int) -> None:
+        """Answer ``tp`` again from ``offset`` (if it is still ours); its committed position, and so its lag and
+        the stall check, stay as they were."""
+        assert self._consumer is not None
+        if tp in self._consumer.assignment():
+            self._tracker.rewind(tp)
+            self._consumer.seek(tp, offset)
+        else:
+            self._tracker.forget({tp})
+
+    def _apply_size_verdict(self, work: Work) -> None:
+        """exactly_once: what earlier tries of this record's transaction learnt about its size (see _judge_size):
+        1 = send alone, 2 = a request becomes a result_too_large dead letter (a dead letter: reduced), 3 = reduced."""
+        level = self._size_verdicts.get((work.tp.topic, work.tp.partition, work.record.offset), 0)
+        if level == 0:
+            return
+        work.solo = True
+        if level >= 2 and work.request is not None:
+            work.error = RecordError(DeadLetterReason.RESULT_TOO_LARGE, "the broker refused the response as too large")
+            work.request = None
+            level -= 1
+        if level >= 2:
+            work.reduced = True
 
     # ----------------------------------------------------------------------------------------------- commit
     async def _commit_loop(self) -> None:

@@ -21,6 +21,8 @@ from consumer.errors import ConfigError
 ENV_PREFIX = "STREAMINFER_"
 #: Upper bound of max_batch_size and max_record_rows, rows: a batch must fit in memory next to its copies.
 MAX_ROWS_LIMIT = 65_536
+#: Kafka's legal topic names (``org.apache.kafka.common.internals.Topic``): at most 249 of [a-zA-Z0-9._-].
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
 
 
@@ -79,7 +81,10 @@ class Settings(BaseSettings):
         "assigned partition, so the partition's next owner fences a zombie.",
     )
     transaction_timeout_ms: int = Field(
-        60_000, ge=1_000, description="exactly_once: the broker aborts a transaction left open this long, ms."
+        60_000,
+        ge=1_000,
+        le=900_000,  # the broker's default transaction.max.timeout.ms
+        description="exactly_once: the broker aborts a transaction left open this long, ms.",
     )
     commit_interval_ms: int = Field(200, ge=0, description="Least time between two offset commits, ms.")
     # Kafka security (TLS, SASL). Secrets are SecretStr: never printed, never logged.
@@ -141,6 +146,20 @@ class Settings(BaseSettings):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_json: bool = Field(False, description="Log one JSON object per line.")
+
+    @field_validator("requests_topic", "results_topic", "dead_letter_topic")
+    @classmethod
+    def _topic_name(cls, value: str) -> str:
+        if not _TOPIC.match(value) or value in (".", ".."):
+            raise ValueError(f"{value!r} is not a legal Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)")
+        return value
+
+    @field_validator("group_id", "group_instance_id", "transactional_id_prefix", "client_id")
+    @classmethod
+    def _no_blanks(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or value != value.strip()):
+            raise ValueError(f"{value!r} must be non-empty without leading or trailing whitespace")
+        return value
 
     @field_validator("bootstrap_servers")
     @classmethod

@@ -115,6 +115,13 @@ class OffsetTracker(Generic[K]):
         """(partition, tracker) pairs of the current assignment."""
         return list(self._partitions.items())
 
+    def rewind(self, tp: K) -> None:
+        """Start ``tp`` afresh (its records will be fetched again) but keep its committed position."""
+        old = self._partitions.get(tp)
+        fresh = self._partitions[tp] = PartitionOffsets()
+        if old is not None:
+            fresh.committed = fresh.commit_position = old.committed
+
     def forget(self, tps: set[K]) -> None:
         """Drop revoked partitions; their detached trackers ignore late completions."""
         for tp in tps:

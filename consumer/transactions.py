@@ -25,6 +25,9 @@ from consumer.sink import Sink
 
 log = logging.getLogger(__name__)
 
+#: Longest wait to close one producer (a broker that is gone must not hold a shutdown), seconds.
+CLOSE_TIMEOUT_S = 2.0
+
 
 def transactional_id(settings: Settings, tp: TopicPartition) -> str:
     """The transactional.id owning ``tp``'s answers: stable across restarts and members."""
@@ -96,7 +99,7 @@ class PartitionTransactions:
         self._sinks.pop(tp, None)
         if producer is not None:
             try:
-                await producer.stop()
+                await asyncio.wait_for(producer.stop(), timeout=CLOSE_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 (closing a fenced or disconnected producer may fail)
                 log.warning("closing the transactional producer of %s: %r", tp, exc)
 

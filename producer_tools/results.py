@@ -228,6 +228,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dead-letter-topic", default="requests.dlq")
     p.add_argument("--manifest", type=Path, required=True, help="JSONL written by streaminfer-produce --manifest")
     p.add_argument("--timeout-s", type=float, default=60.0, help="stop waiting after this long, s")
+    p.add_argument(
+        "--isolation-level",
+        choices=["read_uncommitted", "read_committed"],
+        default="read_uncommitted",
+        help="read_committed for a consumer in exactly_once mode",
+    )
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     expected = read_manifest(args.manifest)
@@ -239,6 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             expected,
             args.timeout_s,
             not args.no_progress,
+            isolation_level=args.isolation_level,
+            settle_s=2.0,
         )
     )
     print_report(report)

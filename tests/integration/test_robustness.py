@@ -15,6 +15,7 @@ from consumer.codec import CORRELATION_HEADER, encode_request
 from consumer.sink import REASON_HEADER, VALUE_DROPPED_HEADER
 from producer_tools.produce import Outgoing, digits_requests
 from producer_tools.results import collect
+from producer_tools.topics import ensure_topics
 from tests.integration.conftest import AppFactory
 
 pytestmark = pytest.mark.integration
@@ -90,3 +91,46 @@ def test_unreachable_broker_exits_4(digits_model: Path, capsys: pytest.CaptureFi
     )  # fmt: skip
     assert code == EXIT_KAFKA
     assert "bootstrap_servers=127.0.0.1:1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
+async def test_results_the_broker_refuses_become_dead_letters_not_loops(
+    delivery: str, kafka_bootstrap: str, start_app: AppFactory, digits_model: Path
+) -> None:
+    """The results topic takes at most 5000 bytes per batch: a 100-row response (~14 KB) is refused by the broker
+    (not by the producer, whose limit is 1 MiB). Only that record is dead-lettered; its neighbours get results."""
+    tag = uuid.uuid4().hex[:8]
+    topics = {"requests": f"big-{tag}.requests", "results": f"big-{tag}.results", "dlq": f"big-{tag}.dlq"}
+    await ensure_topics(
+        kafka_bootstrap,
+        {topics["requests"]: 1, topics["results"]: 1, topics["dlq"]: 1},
+        configs={topics["results"]: {"max.message.bytes": "5000"}},
+    )
+    await start_app(
+        delivery=delivery,
+        requests_topic=topics["requests"],
+        results_topic=topics["results"],
+        dead_letter_topic=topics["dlq"],
+        transactional_id_prefix=f"big-{tag}",
+    )
+    x = np.load(digits_model / "heldout.npz")["x"]
+    big = Outgoing(f"{tag}-big", encode_request(None, {"input": x[:100]}))
+    small = list(digits_requests(tag, digits_model / "heldout.npz", limit=20))
+    records = [*small[:10], big, *small[10:]]
+    await send(kafka_bootstrap, topics["requests"], records)
+    expected = {r.correlation_id: r.manifest() for r in records}
+    report = await collect(
+        kafka_bootstrap,
+        topics["results"],
+        topics["dlq"],
+        expected,
+        60,
+        progress=False,
+        isolation_level="read_committed",
+        settle_s=1,
+    )
+    assert report.missing == []
+    assert report.results == 20
+    assert report.answers[big.correlation_id].reason == "result_too_large"
+    if delivery == "exactly_once":
+        assert report.duplicates == 0

@@ -40,6 +40,11 @@ def test_env_then_flag_precedence(model: Path, monkeypatch: pytest.MonkeyPatch) 
         (["--max-batch-delay-ms", "-1"], "max_batch_delay_ms"),
         (["--auto-offset-reset", "middle"], "auto_offset_reset"),
         (["--results-topic", "requests"], "must differ"),
+        (["--dead-letter-topic", "dlq bad!"], "dead_letter_topic"),
+        (["--group-id", " "], "group_id"),
+        (["--group-instance-id", ""], "group_instance_id"),
+        (["--transactional-id-prefix", " x"], "transactional_id_prefix"),
+        (["--transaction-timeout-ms", "999999999"], "transaction_timeout_ms"),
     ],
 )
 def test_bad_value_names_the_setting(model: Path, flags: list[str], named: str) -> None:

@@ -66,3 +66,21 @@ def test_forgotten_partition_ignores_late_completions() -> None:
     old.done(0)  # a late answer from the revoked assignment
     assert t.committable() == {}
     assert t.pending == 1
+
+
+def test_rewind_keeps_the_committed_position() -> None:
+    t: OffsetTracker[str] = OffsetTracker()
+    p = t.partition("p")
+    for off in (0, 1, 2):
+        p.track(off)
+    p.done(0)
+    t.mark_committed(t.committable())
+    t.rewind("p")
+    again = t.partition("p")
+    assert again is not p
+    assert again.committed == 1
+    assert again.unanswered_from == 1
+    assert t.committable() == {}
+    again.track(1)  # re-read from the committed position
+    again.done(1)
+    assert t.committable() == {"p": 2}
