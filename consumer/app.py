@@ -54,7 +54,7 @@ from consumer.metrics import Metrics
 from consumer.offsets import OffsetTracker, PartitionOffsets
 from consumer.runner import OnnxRunner, assemble, non_finite_outputs, split
 from consumer.security import kafka_security_kwargs
-from consumer.sink import RecordLike, Sink
+from consumer.sink import RecordLike, Sink, open_sink
 from consumer.transactions import PartitionTransactions
 
 log = logging.getLogger(__name__)
@@ -234,26 +234,8 @@ class StreamInferApp:
         Raises:
             aiokafka.errors.KafkaError: the broker cannot be reached.
         """
-        s = self.settings
-        producer = AIOKafkaProducer(
-            **security,
-            bootstrap_servers=s.bootstrap_servers,
-            client_id=f"{s.client_id}-producer",
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=s.producer_linger_ms,
-            max_request_size=s.producer_max_request_bytes,
-            request_timeout_ms=s.producer_request_timeout_ms,
-        )
-        try:
-            await producer.start()
-        except BaseException:
-            await producer.stop()  # a failed start leaves open connections behind
-            raise
-        self._producer = producer
-        self._sink = Sink(
-            producer, results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id
-        )
+        self._sink = await open_sink(self.settings, security, f"{self.settings.client_id}-producer")
+        self._producer = self._sink.producer
         self._producer_generation += 1
 
     async def _replace_producer(self, generation: int, cause: BaseException) -> None:

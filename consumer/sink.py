@@ -33,7 +33,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from aiokafka import AIOKafkaProducer
+
 from consumer.codec import CORRELATION_HEADER
+from consumer.config import Settings
 from consumer.errors import DeadLetterReason
 
 Headers = list[tuple[str, bytes | None]]
@@ -76,6 +79,42 @@ class ProducerLike(Protocol):
     ) -> asyncio.Future[Any]: ...
 
 
+async def open_sink(settings: Settings, security: dict[str, Any], client_id: str, **options: Any) -> Sink:
+    """Start an idempotent ``acks=all`` producer with the settings' limits and return its sink.
+
+    Args:
+        settings: topics, group and producer settings.
+        security: aiokafka TLS/SASL keyword arguments.
+        client_id: the producer's client id.
+        options: further AIOKafkaProducer arguments (``transactional_id``, ``transaction_timeout_ms``).
+
+    Raises:
+        aiokafka.errors.KafkaError: the broker cannot be reached.
+    """
+    producer = AIOKafkaProducer(
+        **security,
+        **options,
+        bootstrap_servers=settings.bootstrap_servers,
+        client_id=client_id,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=settings.producer_linger_ms,
+        max_request_size=settings.producer_max_request_bytes,
+        request_timeout_ms=settings.producer_request_timeout_ms,
+    )
+    try:
+        await producer.start()
+    except BaseException:
+        await producer.stop()  # a failed start leaves open connections behind
+        raise
+    return Sink(
+        producer,
+        results_topic=settings.results_topic,
+        dead_letter_topic=settings.dead_letter_topic,
+        group_id=settings.group_id,
+    )
+
+
 class Sink:
     """Writes results and dead letters.
 
@@ -88,6 +127,7 @@ class Sink:
 
     def __init__(self, producer: ProducerLike, *, results_topic: str, dead_letter_topic: str, group_id: str) -> None:
         self._producer = producer
+        self.producer: Any = producer  # the client itself, for transactions and closing
         self.results_topic = results_topic
         self.dead_letter_topic = dead_letter_topic
         self._group = group_id.encode()

@@ -21,7 +21,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from consumer.config import Settings
-from consumer.sink import Sink
+from consumer.sink import Sink, open_sink
 
 log = logging.getLogger(__name__)
 
@@ -62,27 +62,15 @@ class PartitionTransactions:
 
     async def _start(self, tp: TopicPartition) -> None:
         s = self._settings
-        producer = AIOKafkaProducer(
-            **self._security,
-            bootstrap_servers=s.bootstrap_servers,
-            client_id=f"{s.client_id}-txn-{tp.partition}",
+        sink = await open_sink(
+            s,
+            self._security,
+            f"{s.client_id}-txn-{tp.partition}",
             transactional_id=transactional_id(s, tp),
             transaction_timeout_ms=s.transaction_timeout_ms,
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=s.producer_linger_ms,
-            max_request_size=s.producer_max_request_bytes,
-            request_timeout_ms=s.producer_request_timeout_ms,
         )
-        try:
-            await producer.start()
-        except BaseException:
-            await producer.stop()
-            raise
-        self._producers[tp] = producer
-        self._sinks[tp] = Sink(
-            producer, results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id
-        )
+        self._producers[tp] = sink.producer
+        self._sinks[tp] = sink
         log.info("transactional producer for %s started (%s)", tp, transactional_id(s, tp))
 
     def producer(self, tp: TopicPartition) -> AIOKafkaProducer:
