@@ -9,6 +9,7 @@ With ``CI=true`` a broker that cannot be had fails the tests that need one, with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -43,6 +44,24 @@ def _docker_answers() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _local_broker(state: Path, **env: str) -> Iterator[str]:
+    """``scripts/kafka-local start`` with its own state folder (and extra ``KAFKA_LOCAL_*`` settings); yields the
+    PLAINTEXT bootstrap address and stops the broker afterwards."""
+    run_env = {**os.environ, "KAFKA_LOCAL_STATE": str(state), **env}
+    script = ROOT / "scripts" / "kafka-local"
+    started = subprocess.run(
+        [str(script), "start"], capture_output=True, text=True, env=run_env, timeout=300, check=False
+    )
+    if started.returncode != 0:
+        settings = " ".join(f"{k}={v}" for k, v in env.items())
+        _no_broker(f"{settings} scripts/kafka-local start failed:\n{started.stderr[-2000:]}".strip())
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([str(script), "stop"], env=run_env, timeout=60, check=False, capture_output=True)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The bootstrap address of a real broker for this test session."""
@@ -56,18 +75,8 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         with KafkaContainer().with_kraft() as kafka:
             yield kafka.get_bootstrap_server()
         return
-    state = tmp_path_factory.mktemp("kafka-local")
-    run_env = {**os.environ, "KAFKA_LOCAL_STATE": str(state)}
-    script = ROOT / "scripts" / "kafka-local"
-    started = subprocess.run(
-        [str(script), "start"], capture_output=True, text=True, env=run_env, timeout=300, check=False
-    )
-    if started.returncode != 0:
-        _no_broker(f"scripts/kafka-local start failed:\n{started.stderr[-2000:]}")
-    try:
-        yield started.stdout.strip().splitlines()[-1]
-    finally:
-        subprocess.run([str(script), "stop"], env=run_env, timeout=60, check=False, capture_output=True)
+    with _local_broker(tmp_path_factory.mktemp("kafka-local")) as address:
+        yield address
 
 
 @pytest.fixture(scope="session")
@@ -88,17 +97,8 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     KAFKA_LOCAL_CA_FILE, KAFKA_LOCAL_SASL_USERNAME, KAFKA_LOCAL_SASL_PASSWORD) plus PLAINTEXT_BOOTSTRAP.
     """
     state = tmp_path_factory.mktemp("kafka-secure")
-    run_env = {**os.environ, "KAFKA_LOCAL_STATE": str(state), "KAFKA_LOCAL_SECURITY": "1"}
-    script = ROOT / "scripts" / "kafka-local"
-    started = subprocess.run(
-        [str(script), "start"], capture_output=True, text=True, env=run_env, timeout=300, check=False
-    )
-    if started.returncode != 0:
-        _no_broker(f"KAFKA_LOCAL_SECURITY=1 scripts/kafka-local start failed:\n{started.stderr[-2000:]}")
-    try:
+    with _local_broker(state, KAFKA_LOCAL_SECURITY="1") as address:
         lines = (state / "security.env").read_text().splitlines()
         env = dict(line.split("=", 1) for line in lines if "=" in line)
-        env["PLAINTEXT_BOOTSTRAP"] = started.stdout.strip().splitlines()[-1]
+        env["PLAINTEXT_BOOTSTRAP"] = address
         yield env
-    finally:
-        subprocess.run([str(script), "stop"], env=run_env, timeout=60, check=False, capture_output=True)

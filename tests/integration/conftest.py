@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,8 @@ from consumer.app import StreamInferApp
 from consumer.config import Settings
 from consumer.metrics import Metrics
 from consumer.runner import OnnxRunner
+from producer_tools.produce import Outgoing
+from producer_tools.results import Report, collect
 from producer_tools.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -40,6 +42,31 @@ async def topics(kafka_bootstrap: str) -> dict[str, str]:
 AppFactory = Callable[..., Awaitable[StreamInferApp]]
 
 
+def settings_for(bootstrap: str, topics: dict[str, str], model: Path, **overrides: Any) -> Settings:
+    """Settings for a consumer under test: ``topics``, a fresh group, CPU, no HTTP port, a short session timeout."""
+    values: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "group_id": f"it-{uuid.uuid4().hex[:8]}",
+        "requests_topic": topics["requests"],
+        "results_topic": topics["results"],
+        "dead_letter_topic": topics["dlq"],
+        "model_path": model,
+        "execution_provider": "cpu",
+        "http_port": 0,
+        "session_timeout_ms": 10_000,
+        "heartbeat_interval_ms": 1_000,
+    }
+    return Settings(**{**values, **overrides})
+
+
+async def answers(
+    bootstrap: str, topics: dict[str, str], records: Sequence[Outgoing], timeout_s: float = 60, **options: Any
+) -> Report:
+    """Read back the answers to ``records`` (``producer_tools.results.collect``; ``options`` go to it)."""
+    expected = {r.correlation_id: r.manifest() for r in records}
+    return await collect(bootstrap, topics["results"], topics["dlq"], expected, timeout_s, progress=False, **options)
+
+
 @pytest.fixture
 async def start_app(kafka_bootstrap: str, topics: dict[str, str], digits_model: Path) -> AsyncIterator[AppFactory]:
     """Start a consumer in-process; ``await start_app(**setting_overrides)``. Stopped at teardown."""
@@ -47,21 +74,8 @@ async def start_app(kafka_bootstrap: str, topics: dict[str, str], digits_model: 
     group = f"it-{uuid.uuid4().hex[:8]}"
 
     async def factory(**overrides: Any) -> StreamInferApp:
-        values: dict[str, Any] = {
-            "bootstrap_servers": kafka_bootstrap,
-            "group_id": group,
-            "requests_topic": topics["requests"],
-            "results_topic": topics["results"],
-            "dead_letter_topic": topics["dlq"],
-            "model_path": digits_model / "digits.onnx",
-            "execution_provider": "cpu",
-            "http_port": 0,
-            "session_timeout_ms": 10_000,
-            "heartbeat_interval_ms": 1_000,
-            "shutdown_grace_s": 20,
-        }
-        values.update(overrides)
-        settings = Settings(**values)
+        options = {"group_id": group, "shutdown_grace_s": 20, **overrides}
+        settings = settings_for(kafka_bootstrap, topics, digits_model / "digits.onnx", **options)
         runner = OnnxRunner.load(settings.model_path, execution_provider="cpu")  # as consumer.__main__ does
         runner.warmup([1, settings.max_batch_size], settings.warmup_runs)
         app = StreamInferApp(settings, runner, Metrics(CollectorRegistry()))

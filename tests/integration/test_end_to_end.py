@@ -22,14 +22,9 @@ from consumer.sink import (
 )
 from producer_tools.produce import Outgoing, digits_requests, interleave, poison_requests, send_all
 from producer_tools.results import collect
-from tests.integration.conftest import AppFactory
+from tests.integration.conftest import AppFactory, answers
 
 pytestmark = pytest.mark.integration
-
-
-async def answers(bootstrap: str, topics: dict[str, str], records: list[Outgoing], timeout_s: float = 60):
-    expected = {r.correlation_id: r.manifest() for r in records}
-    return await collect(bootstrap, topics["results"], topics["dlq"], expected, timeout_s, progress=False)
 
 
 async def test_correlation_ids_preserved_across_partitions(

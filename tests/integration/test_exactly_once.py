@@ -9,11 +9,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from consumer.config import Settings
 from consumer.transactions import PartitionTransactions
 from producer_tools.produce import digits_requests, interleave, poison_requests, send_all
-from producer_tools.results import collect
-from tests.integration.conftest import MODEL_PLACEHOLDER, AppFactory
+from tests.integration.conftest import MODEL_PLACEHOLDER, AppFactory, answers, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -26,17 +24,7 @@ async def test_each_answer_exactly_once_with_offsets_in_the_transaction(
     poison = poison_requests(run)[:5]
     records = interleave(list(digits_requests(run, digits_model / "heldout.npz", limit=120)), poison)
     await send_all(kafka_bootstrap, topics["requests"], records, progress=False)
-    expected = {r.correlation_id: r.manifest() for r in records}
-    report = await collect(
-        kafka_bootstrap,
-        topics["results"],
-        topics["dlq"],
-        expected,
-        60,
-        progress=False,
-        isolation_level="read_committed",
-        settle_s=2,
-    )
+    report = await answers(kafka_bootstrap, topics, records, isolation_level="read_committed", settle_s=2)
     assert report.missing == []
     assert report.duplicates == 0
     assert report.results == 120
@@ -58,15 +46,7 @@ async def test_each_answer_exactly_once_with_offsets_in_the_transaction(
 async def test_zombie_is_fenced_by_the_partitions_next_owner(kafka_bootstrap: str, topics: dict[str, str]) -> None:
     """Two members believe they own partition 0: the older producer (the zombie) can no longer commit, and a
     read_committed reader never sees what it wrote."""
-    settings = Settings(
-        bootstrap_servers=kafka_bootstrap,
-        group_id=f"zombie-{uuid.uuid4().hex[:6]}",
-        requests_topic=topics["requests"],
-        results_topic=topics["results"],
-        dead_letter_topic=topics["dlq"],
-        model_path=MODEL_PLACEHOLDER,
-        delivery="exactly_once",
-    )
+    settings = settings_for(kafka_bootstrap, topics, MODEL_PLACEHOLDER, delivery="exactly_once")
     tp = TopicPartition(topics["requests"], 0)
     zombie, owner = PartitionTransactions(settings, {}), PartitionTransactions(settings, {})
     await zombie.open(tp)

@@ -12,8 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from consumer.codec import encode_request
 from producer_tools.produce import Outgoing, digits_requests, send_all
-from producer_tools.results import collect
-from tests.integration.conftest import AppFactory
+from tests.integration.conftest import AppFactory, answers
 
 pytestmark = pytest.mark.integration
 
@@ -75,8 +74,7 @@ async def test_model_that_only_runs_at_batch_one_is_rescued(
     app = await start_app(model_path=model, max_batch_size=8, max_batch_delay_ms=50)
     records = list(digits_requests(uuid.uuid4().hex[:6], digits_model / "heldout.npz", limit=40))
     await send_all(kafka_bootstrap, topics["requests"], records, progress=False)
-    expected = {r.correlation_id: r.manifest() for r in records}
-    report = await collect(kafka_bootstrap, topics["results"], topics["dlq"], expected, 60, progress=False)
+    report = await answers(kafka_bootstrap, topics, records)
     assert report.missing == []
     assert report.results == 40  # every record answered, none dead-lettered
     assert app.metrics.registry.get_sample_value("streaminfer_batch_failures_total") > 0  # batches did fail
@@ -94,8 +92,7 @@ async def test_non_finite_output_dead_letters_only_that_record(
     bad = Outgoing(f"{run}-nan", encode_request(None, {"input": row}), expected_reason="non_finite_output")
     records = [*good[:15], bad, *good[15:]]
     await send_all(kafka_bootstrap, topics["requests"], records, progress=False)
-    expected = {r.correlation_id: r.manifest() for r in records}
-    report = await collect(kafka_bootstrap, topics["results"], topics["dlq"], expected, 60, progress=False)
+    report = await answers(kafka_bootstrap, topics, records)
     assert report.missing == []
     assert report.dead_letters == 1
     assert report.answers[bad.correlation_id].reason == "non_finite_output"

@@ -8,7 +8,6 @@ import socket
 import threading
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumer.app import StreamInferApp
-from consumer.config import Settings
 from consumer.health import Probes, serve
 from consumer.metrics import Metrics
 from consumer.runner import OnnxRunner
 from producer_tools.produce import digits_requests, send_all
-from producer_tools.results import collect
+from tests.integration.conftest import answers, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -68,22 +66,6 @@ class GatedSession:
         return self.session.run(output_names, input_feed)  # type: ignore[no-any-return]
 
 
-def settings_for(kafka_bootstrap: str, topics: dict[str, str], model: Path, **extra: Any) -> Settings:
-    return Settings(
-        bootstrap_servers=kafka_bootstrap,
-        group_id=f"ops-{uuid.uuid4().hex[:8]}",
-        requests_topic=topics["requests"],
-        results_topic=topics["results"],
-        dead_letter_topic=topics["dlq"],
-        model_path=model,
-        execution_provider="cpu",
-        http_port=0,
-        session_timeout_ms=10_000,
-        heartbeat_interval_ms=1_000,
-        **extra,
-    )
-
-
 async def wait_for(predicate: Any, timeout_s: float = 30) -> None:
     for _ in range(int(timeout_s * 10)):
         if await predicate():
@@ -124,14 +106,7 @@ async def test_probes_and_metrics_follow_the_consumer(
 
         records = list(digits_requests("ops", digits_model / "heldout.npz", limit=50))
         await send_all(kafka_bootstrap, topics["requests"], records, progress=False)
-        report = await collect(
-            kafka_bootstrap,
-            topics["results"],
-            topics["dlq"],
-            {r.correlation_id: r.manifest() for r in records},
-            60,
-            progress=False,
-        )
+        report = await answers(kafka_bootstrap, topics, records)
         assert report.missing == []
 
         async def committed() -> bool:

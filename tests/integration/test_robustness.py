@@ -14,9 +14,8 @@ from consumer.__main__ import EXIT_KAFKA, main
 from consumer.codec import CORRELATION_HEADER, encode_request
 from consumer.sink import REASON_HEADER, VALUE_DROPPED_HEADER
 from producer_tools.produce import Outgoing, digits_requests
-from producer_tools.results import collect
 from producer_tools.topics import ensure_topics
-from tests.integration.conftest import AppFactory
+from tests.integration.conftest import AppFactory, answers
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +38,7 @@ async def test_compressed_batches_are_answered(
     app = await start_app()
     records = list(digits_requests(f"{codec}-{uuid.uuid4().hex[:6]}", digits_model / "heldout.npz", limit=20))
     await send(kafka_bootstrap, topics["requests"], records, compression_type=codec)
-    expected = {r.correlation_id: r.manifest() for r in records}
-    report = await collect(kafka_bootstrap, topics["results"], topics["dlq"], expected, 60, progress=False)
+    report = await answers(kafka_bootstrap, topics, records)
     assert report.missing == []
     assert report.results == 20
     assert app.failed is None
@@ -57,8 +55,7 @@ async def test_answers_too_large_to_write_never_block_the_partition(
     small = list(digits_requests(run, digits_model / "heldout.npz", limit=5))
     records = [big_result, big_poison, *small]
     await send(kafka_bootstrap, topics["requests"], records)
-    expected = {r.correlation_id: r.manifest() for r in records}
-    report = await collect(kafka_bootstrap, topics["results"], topics["dlq"], expected, 60, progress=False)
+    report = await answers(kafka_bootstrap, topics, records)
     assert report.missing == []
     assert report.results == 5
 
@@ -118,17 +115,7 @@ async def test_results_the_broker_refuses_become_dead_letters_not_loops(
     small = list(digits_requests(tag, digits_model / "heldout.npz", limit=20))
     records = [*small[:10], big, *small[10:]]
     await send(kafka_bootstrap, topics["requests"], records)
-    expected = {r.correlation_id: r.manifest() for r in records}
-    report = await collect(
-        kafka_bootstrap,
-        topics["results"],
-        topics["dlq"],
-        expected,
-        60,
-        progress=False,
-        isolation_level="read_committed",
-        settle_s=1,
-    )
+    report = await answers(kafka_bootstrap, topics, records, isolation_level="read_committed", settle_s=1)
     assert report.missing == []
     assert report.results == 20
     assert report.answers[big.correlation_id].reason == "result_too_large"

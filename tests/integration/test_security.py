@@ -17,8 +17,8 @@ from consumer.config import Settings
 from consumer.metrics import Metrics
 from consumer.runner import OnnxRunner
 from producer_tools.produce import digits_requests, send_all
-from producer_tools.results import collect
 from producer_tools.topics import ensure_topics
+from tests.integration.conftest import answers, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,26 +28,14 @@ async def serve_and_check(secure_kafka: dict[str, str], digits_model: Path, **se
     tag = uuid.uuid4().hex[:8]
     topics = {"requests": f"sec-{tag}.requests", "results": f"sec-{tag}.results", "dlq": f"sec-{tag}.dlq"}
     await ensure_topics(plain, {topics["requests"]: 2, topics["results"]: 2, topics["dlq"]: 1})
-    settings = Settings(
-        group_id=f"sec-{tag}",
-        requests_topic=topics["requests"],
-        results_topic=topics["results"],
-        dead_letter_topic=topics["dlq"],
-        model_path=digits_model / "digits.onnx",
-        execution_provider="cpu",
-        http_port=0,
-        session_timeout_ms=10_000,
-        heartbeat_interval_ms=1_000,
-        **security,
-    )
+    settings = settings_for(plain, topics, digits_model / "digits.onnx", **security)  # security: its bootstrap
     runner = OnnxRunner.load(settings.model_path, execution_provider="cpu")
     app = StreamInferApp(settings, runner, Metrics(CollectorRegistry()))
     await app.start()
     try:
         records = list(digits_requests(tag, digits_model / "heldout.npz", limit=20))
         await send_all(plain, topics["requests"], records, progress=False)
-        expected = {r.correlation_id: r.manifest() for r in records}
-        report = await collect(plain, topics["results"], topics["dlq"], expected, 60, progress=False)
+        report = await answers(plain, topics, records)
         assert report.missing == []
         assert report.results == 20
     finally:
