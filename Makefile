@@ -7,9 +7,10 @@ MODEL  := models/digits/artifacts/digits.onnx
 PYTEST_ARGS ?=
 IMAGE_TAG ?= 0.1.0
 FAULTS_ARGS ?=
+BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv model demo test faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop clean
+.PHONY: help venv model demo test bench faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -17,7 +18,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streaminfer needs Python >= 3.11; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,models]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,digits,bench]'
 	@touch $@
 
 venv: $(STAMP) ## create .venv and install streaminfer with the dev and models extras
@@ -32,6 +33,9 @@ demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model,
 
 test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a real broker
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP) $(MODEL) ## benchmark vs naive, passthrough and bare ORT (digits + MiniLM) -> bench-results/; ~10 min
+	scripts/bench $(BENCH_ARGS)
 
 faults: $(STAMP) $(MODEL) ## fault injection in full (20,000 records, 10 kills, 1,000,000 backlog): table + summary
 	$(PY) -m producer_tools.faults $(FAULTS_ARGS)
@@ -68,4 +72,4 @@ kafka-stop: ## stop the local broker
 	scripts/kafka-local stop
 
 clean: ## remove the venv, built models and caches
-	rm -rf $(VENV) models/digits/artifacts .demo .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) models/digits/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -24,7 +24,7 @@ from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError
 from consumer.health import Probes, serve
 from consumer.metrics import Metrics
-from consumer.runner import CUDA, OnnxRunner, describe
+from consumer.runner import CUDA, TENSORRT, OnnxRunner, describe, warmup_plan
 from consumer.security import secret_values
 
 log = logging.getLogger("consumer")
@@ -127,10 +127,20 @@ def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes) -> int
             execution_provider=settings.execution_provider,
             require_gpu=settings.require_gpu,
             intra_op_threads=settings.intra_op_threads,
+            inter_op_threads=settings.inter_op_threads,
+            graph_optimization_level=settings.graph_optimization_level,
+            tensorrt=settings.tensorrt,
+            trt_engine_cache_dir=settings.trt_engine_cache_dir,
+            fp16=settings.fp16,
+            max_batch_size=settings.max_batch_size,
             model_name=settings.model_name,
             model_version=settings.model_version,
         )
-        runner.warmup(sorted({1, settings.max_batch_size}), settings.warmup_runs)
+        sizes, lengths = warmup_plan(runner, settings.max_batch_size)
+        log.info(
+            "warming up at batch sizes %s x sequence lengths %s, %d runs each", sizes, lengths, settings.warmup_runs
+        )
+        runner.warmup(sizes, settings.warmup_runs, lengths)
     except ModelError as exc:
         log.error("model cannot be served: %s", exc)
         return EXIT_MODEL
@@ -140,9 +150,10 @@ def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes) -> int
     summary = describe(runner)
     log.info("serving %s", json.dumps(summary))
     metrics.model.info({k: str(summary[k]) for k in ("model_name", "model_version", "provider")})
-    if runner.provider == CUDA and not metrics.track_gpu_memory(runner.device_id):
+    on_gpu = runner.provider in (CUDA, TENSORRT)
+    if on_gpu and not metrics.track_gpu_memory(runner.device_id):
         log.warning("CUDA is active but NVML is not available: streaminfer_gpu_memory_used_bytes is not exported")
-    probes.provider_ok = runner.provider == CUDA or not settings.require_gpu
+    probes.provider_ok = on_gpu or not settings.require_gpu
     probes.warm = True
     app = StreamInferApp(settings, runner, metrics)
     return asyncio.run(serve_until_signal(app, probes))

@@ -47,13 +47,22 @@ from aiokafka.errors import (
 )
 
 from consumer.batcher import MicroBatcher
-from consumer.codec import DecodedRequest, Limits, correlation_id, decode_request, encode_response
+from consumer.codec import (
+    DecodedRequest,
+    Limits,
+    binary_header_length,
+    correlation_id,
+    decode_request,
+    encode_response,
+    encode_response_binary,
+)
 from consumer.config import Settings
 from consumer.errors import DeadLetterReason, DecodeError, InferenceError, RecordError
 from consumer.metrics import Metrics
 from consumer.offsets import OffsetTracker, PartitionOffsets
-from consumer.runner import OnnxRunner, assemble, non_finite_outputs, split
+from consumer.runner import OnnxRunner, non_finite_outputs, split
 from consumer.security import kafka_security_kwargs
+from consumer.sequence import BatchBuffers, TextEncoder, bucket, length_buckets
 from consumer.sink import RecordLike, Sink, open_sink
 from consumer.transactions import PartitionTransactions
 
@@ -84,6 +93,9 @@ SHUTDOWN_RESERVE_S = 3 * SHUTDOWN_STEP_TIMEOUT_S
 
 #: Records read one by one per partition while isolating an undecodable record, at most.
 ISOLATION_STEP_LIMIT = 10_000
+#: Micro-batches in flight at once: one running in the ONNX Runtime thread while the next is assembled into the
+#: other set of input buffers and the previous one's responses are encoded on the event loop.
+PIPELINE_DEPTH = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +130,7 @@ class Work:
     request: DecodedRequest | None = None
     error: RecordError | None = None
     result: bytes | None = None
+    result_json_length: int | None = None  # binary data extension: the JSON part's length, bytes
     enqueued_at: float = 0.0  # clock() seconds
     rows: int = field(default=0)
     reduced: bool = False  # the full dead letter was too large: write the reduced one
@@ -151,7 +164,23 @@ class StreamInferApp:
         self._wall_clock = wall_clock
         self._limits = Limits(settings.max_record_bytes, settings.max_record_rows)
         self._tracker: OffsetTracker[TopicPartition] = OffsetTracker()
-        self._batcher: MicroBatcher[Work] = MicroBatcher(settings.max_batch_size, settings.max_batch_delay_ms, clock)
+        self._sequence = runner.signature.sequence
+        self._buckets = length_buckets(self._sequence.max_length) if self._sequence is not None else ()
+        self._per_token = {o.name for o in runner.signature.outputs if len(o.shape) >= 2 and o.shape[1] is None}
+        self._text = (
+            TextEncoder(settings.tokenizer_path, self._sequence, settings.text_input_name)
+            if settings.tokenizer_path is not None and self._sequence is not None
+            else None
+        )
+        self._batcher: MicroBatcher[Work] = self._new_batcher(settings.max_batch_delay_ms)
+        dtypes = {spec.name: spec.dtype for spec in runner.signature.inputs}
+        pads = self._sequence.pad_values if self._sequence is not None else None
+        #: Input buffers of the batches in flight (PIPELINE_DEPTH) and of exactly_once's sequential batches.
+        self._slots: asyncio.Queue[BatchBuffers] = asyncio.Queue()
+        for _ in range(PIPELINE_DEPTH):
+            self._slots.put_nowait(BatchBuffers(dtypes, pads))
+        self._serial_buffers = BatchBuffers(dtypes, pads)
+        self._batches: set[asyncio.Task[None]] = set()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._sink: Sink | None = None
@@ -284,9 +313,10 @@ class StreamInferApp:
                 "shutdown grace of %.1f s exceeded; unanswered records stay uncommitted and will be redelivered",
                 self.settings.shutdown_grace_s,
             )
-        for task in [t for t in (batch, commit) if t is not None] + list(self._publishing):
+        rest = [t for t in (batch, commit) if t is not None] + list(self._batches) + list(self._publishing)
+        for task in rest:
             task.cancel()
-        await asyncio.gather(*[t for t in (batch, commit) if t is not None], *self._publishing, return_exceptions=True)
+        await asyncio.gather(*rest, return_exceptions=True)
         if self._consumer is not None:
             await self._quietly("final commit", self._commit())
         await self._close_clients()
@@ -378,6 +408,21 @@ class StreamInferApp:
         return self._in_flight_rows
 
     # ----------------------------------------------------------------------------------------------- fetch
+    def _new_batcher(self, delay_ms: float) -> MicroBatcher[Work]:
+        tokens = self.settings.max_batch_tokens if self._sequence is not None else None
+        return MicroBatcher(self.settings.max_batch_size, delay_ms, self._clock, max_batch_tokens=tokens)
+
+    def _queue(self, batcher: MicroBatcher[Work], work: Work) -> None:
+        """Put a decoded request in its batching group: its non-batch shape, or for a sequence model its length
+        bucket (cost: rows x the bucket's length in tokens)."""
+        request = work.request
+        assert request is not None
+        if self._sequence is None:
+            batcher.put(work, work.rows, request.shape_key)
+            return
+        bound = bucket(request.length, self._buckets)
+        batcher.put(work, work.rows, bound, tokens=work.rows * bound)
+
     async def _fetch_loop(self) -> None:
         assert self._consumer is not None
         s = self.settings
@@ -406,7 +451,7 @@ class StreamInferApp:
                 if work.request is None:
                     dead.append(work)
                 else:
-                    self._batcher.put(work, work.rows, work.request.shape_key)
+                    self._queue(self._batcher, work)
                 self._add_rows(work.rows)
         if dead:
             self._spawn_publish(dead)
@@ -419,7 +464,13 @@ class StreamInferApp:
         try:
             if isinstance(rec, UndecodableRecord):
                 raise DecodeError(DeadLetterReason.UNDECODABLE_RECORD, rec.error)
-            request = decode_request(rec.value, self.runner.signature, self._limits)
+            request = decode_request(
+                rec.value,
+                self.runner.signature,
+                self._limits,
+                json_length=binary_header_length(rec.headers),
+                text=self._text,
+            )
         except RecordError as err:
             work = self._work(rec, offsets, None)
             work.error = err
@@ -513,16 +564,46 @@ class StreamInferApp:
 
     # ----------------------------------------------------------------------------------------------- batch
     async def _batch_loop(self) -> None:
+        """Take due micro-batches and keep up to PIPELINE_DEPTH of them in flight (each holds a set of input
+        buffers until ONNX Runtime is done with it); when closed and empty, wait for the last ones."""
         while (batch := await self._batcher.next_batch()) is not None:
             self.metrics.batch_queue_wait_seconds.observe(self._clock() - batch[0].enqueued_at)
-            await self._infer(batch)
-            self._spawn_publish(batch)
+            buffers = await self._slots.get()
+            task = asyncio.create_task(self._run_batch(batch, buffers), name="streaminfer-batch-run")
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+            task.add_done_callback(self._on_task_done)
+        while self._batches:
+            await asyncio.gather(*list(self._batches))
 
-    async def _infer(self, batch: Sequence[Work]) -> None:
+    async def _run_batch(self, batch: list[Work], buffers: BatchBuffers) -> None:
+        try:
+            await self._infer(batch, buffers)
+        finally:
+            self._slots.put_nowait(buffers)
+        self._spawn_publish(batch)
+
+    def _assemble(self, requests: Sequence[DecodedRequest], buffers: BatchBuffers) -> tuple[dict[str, Any], int, int]:
+        """Feeds for ONNX Runtime: the requests copied into ``buffers`` (fixed shapes stacked; sequences padded to
+        the longest). A lone request is fed as it is. Returns (feeds, rows, padded length in tokens or 0)."""
+        if self._sequence is None:
+            if len(requests) == 1:
+                return dict(requests[0].inputs), requests[0].rows, 0
+            feeds, rows = buffers.stack([r.inputs for r in requests])
+            return feeds, rows, 0
+        if len(requests) == 1:
+            feeds, rows, length = dict(requests[0].inputs), requests[0].rows, requests[0].length
+        else:
+            feeds, rows, length = buffers.pad([r.inputs for r in requests])
+        real = sum(r.rows * r.length for r in requests)
+        self.metrics.batch_padding_ratio.observe(rows * length / max(1, real))
+        return feeds, rows, length
+
+    async def _infer(self, batch: Sequence[Work], buffers: BatchBuffers) -> None:
         """Run ``batch`` and set each item's ``result`` or ``error``. A failing batch is bisected so that only
         the culprit is dead-lettered (inference_error) and its neighbours get results."""
         requests = [w.request for w in batch if w.request is not None]
-        feeds, rows = assemble([r.inputs for r in requests])
+        feeds, rows, length = self._assemble(requests, buffers)
         started = self._clock()
         try:
             outputs = await asyncio.get_running_loop().run_in_executor(self._executor, self.runner.run, feeds, rows)
@@ -536,14 +617,14 @@ class StreamInferApp:
             # by record.
             self.metrics.batch_failures.inc()
             mid = len(batch) // 2
-            await self._infer(batch[:mid])
-            await self._infer(batch[mid:])
+            await self._infer(batch[:mid], buffers)
+            await self._infer(batch[mid:], buffers)
             return
         self.metrics.inference_seconds.observe(self._clock() - started)
         self.metrics.batch_rows.observe(rows)
         names = self.runner.signature.output_names
         for work, request, part in zip(batch, requests, split(outputs, [r.rows for r in requests]), strict=True):
-            chosen = [(n, part[n]) for n in (request.outputs or names)]
+            chosen = [(n, self._unpad(n, part[n], length, request.length)) for n in (request.outputs or names)]
             bad = non_finite_outputs(dict(chosen))
             if bad:
                 work.error = InferenceError(
@@ -552,11 +633,23 @@ class StreamInferApp:
                 continue
             response_id = work.correlation_id.decode("utf-8", "backslashreplace")
             try:
-                work.result = encode_response(response_id, self.runner.signature, chosen)
+                if request.binary_output:
+                    work.result, work.result_json_length = encode_response_binary(
+                        response_id, self.runner.signature, chosen
+                    )
+                else:
+                    work.result = encode_response(response_id, self.runner.signature, chosen)
             except (KeyError, TypeError, ValueError) as exc:  # an output dtype OIP JSON cannot carry
                 work.error = InferenceError(
                     DeadLetterReason.INFERENCE_ERROR, f"response cannot be encoded: {type(exc).__name__}: {exc}"
                 )
+
+    def _unpad(self, name: str, arr: Any, padded: int, length: int) -> Any:
+        """A per-token output (axis 1 dynamic in the graph and equal to the padded length, e.g. token embeddings
+        ``[rows, sequence, dim]``) cut back to the request's own length."""
+        if not padded or length >= padded or arr.ndim < 2 or arr.shape[1] != padded:
+            return arr
+        return arr[:, :length] if name in self._per_token else arr
 
     # ----------------------------------------------------------------------------------------------- publish
     def _spawn_publish(self, items: list[Work]) -> None:
@@ -648,7 +741,9 @@ class StreamInferApp:
         try:
             if work.error is None and work.result is not None:
                 try:
-                    return await sink.send_result(work.record, work.correlation_id, work.result)
+                    return await sink.send_result(
+                        work.record, work.correlation_id, work.result, work.result_json_length
+                    )
                 except TOO_LARGE as exc:
                     self._shrink(work, exc)
             if work.error is None:  # unreachable by construction: every item gets a result or an error
@@ -673,6 +768,7 @@ class StreamInferApp:
                 DeadLetterReason.RESULT_TOO_LARGE, f"response of {len(work.result)} bytes: {exc!r}"
             )
             work.result = None
+            work.result_json_length = None
         else:
             work.reduced = True
 
@@ -693,7 +789,7 @@ class StreamInferApp:
             self._update_lag()
 
     async def _transactional_chunk(self, fetched: dict[TopicPartition, list[Any]]) -> None:
-        batcher: MicroBatcher[Work] = MicroBatcher(self.settings.max_batch_size, 0, self._clock)
+        batcher = self._new_batcher(0)
         chunk: dict[TopicPartition, list[Work]] = {}
         for tp, records in fetched.items():
             offsets = self._tracker.partition(tp)
@@ -701,10 +797,10 @@ class StreamInferApp:
             for work in works:
                 self._apply_size_verdict(work)
                 if work.request is not None:
-                    batcher.put(work, work.rows, work.request.shape_key)
+                    self._queue(batcher, work)
         batcher.close()
         while (batch := batcher.pop_ready(self._clock())) is not None:
-            await self._infer(batch)
+            await self._infer(batch, self._serial_buffers)
         await asyncio.gather(*(self._commit_transaction(tp, works) for tp, works in chunk.items()))
 
     async def _commit_transaction(self, tp: TopicPartition, works: list[Work]) -> None:

@@ -1,6 +1,7 @@
 """Micro-batching by rows or deadline, whichever comes first, on an injected monotonic clock.
 
-A batch is flushed when the pending rows of one shape group reach ``max_batch_rows``, or when the oldest pending
+A batch is flushed when the pending rows of one shape group reach ``max_batch_rows`` (or its tokens reach
+``max_batch_tokens``, for sequence models), or when the oldest pending
 item has waited ``max_batch_delay_ms``. Items whose non-batch shapes differ (``key``) are never put in one batch,
 because their tensors cannot be stacked. Waiting is event-driven: :meth:`MicroBatcher.next_batch` sleeps until an
 item arrives or the oldest item's deadline passes, never in polling ticks.
@@ -27,15 +28,17 @@ T = TypeVar("T")
 class _Pending(Generic[T]):
     item: T
     rows: int
+    tokens: int
     enqueued_at: float  # clock() seconds
 
 
 class _Group(Generic[T]):
-    __slots__ = ("items", "rows")
+    __slots__ = ("items", "rows", "tokens")
 
     def __init__(self) -> None:
         self.items: deque[_Pending[T]] = deque()
         self.rows = 0
+        self.tokens = 0
 
 
 class MicroBatcher(Generic[T]):
@@ -46,6 +49,8 @@ class MicroBatcher(Generic[T]):
             this is flushed alone, unsplit.
         max_batch_delay_ms: flush the oldest item's group once that item has waited this long, milliseconds (>= 0).
         clock: monotonic time source in seconds.
+        max_batch_tokens: also flush a group once its items' ``tokens`` reach this (sequence models: rows x the
+            length bucket, so a batch of long sequences holds fewer rows); None = rows only.
 
     Raises:
         ValueError: a limit is out of range.
@@ -56,12 +61,16 @@ class MicroBatcher(Generic[T]):
         max_batch_rows: int,
         max_batch_delay_ms: float,
         clock: Callable[[], float] = time.monotonic,
+        max_batch_tokens: int | None = None,
     ) -> None:
+        if max_batch_tokens is not None and max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         if max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
         if max_batch_delay_ms < 0:
             raise ValueError(f"max_batch_delay_ms must be >= 0, got {max_batch_delay_ms}")
         self._max_rows = max_batch_rows
+        self._max_tokens = max_batch_tokens
         self._delay_s = max_batch_delay_ms / 1000.0
         self._clock = clock
         self._groups: dict[Hashable, _Group[T]] = {}
@@ -79,8 +88,8 @@ class MicroBatcher(Generic[T]):
         """Whether :meth:`close` was called."""
         return self._closed
 
-    def put(self, item: T, rows: int, key: Hashable = None) -> None:
-        """Queue ``item`` (contributing ``rows`` rows) in the group ``key``.
+    def put(self, item: T, rows: int, key: Hashable = None, tokens: int = 0) -> None:
+        """Queue ``item`` (contributing ``rows`` rows and ``tokens`` tokens) in the group ``key``.
 
         Raises:
             RuntimeError: the batcher is closed.
@@ -90,8 +99,9 @@ class MicroBatcher(Generic[T]):
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group()
-        group.items.append(_Pending(item, rows, self._clock()))
+        group.items.append(_Pending(item, rows, tokens, self._clock()))
         group.rows += rows
+        group.tokens += tokens
         self._rows += rows
         self._wakeup.set()
 
@@ -105,6 +115,7 @@ class MicroBatcher(Generic[T]):
                 if predicate(pending.item):
                     removed.append(pending.item)
                     group.rows -= pending.rows
+                    group.tokens -= pending.tokens
                     self._rows -= pending.rows
                 else:
                     kept.append(pending)
@@ -131,7 +142,7 @@ class MicroBatcher(Generic[T]):
         A full group (rows >= max_batch_rows) is due at once; otherwise the group of the oldest item is due
         when that item's deadline has passed, or at once after :meth:`close`.
         """
-        full = [(k, g) for k, g in self._groups.items() if g.rows >= self._max_rows]
+        full = [(k, g) for k, g in self._groups.items() if self._full(g.rows, g.tokens)]
         if full:
             key = min(full, key=lambda kg: kg[1].items[0].enqueued_at)[0]
             return self._take(key)
@@ -145,15 +156,26 @@ class MicroBatcher(Generic[T]):
             return self._take(oldest[0])
         return None
 
+    def _full(self, rows: int, tokens: int) -> bool:
+        return rows >= self._max_rows or (self._max_tokens is not None and tokens >= self._max_tokens)
+
     def _take(self, key: Hashable) -> list[T]:
         group = self._groups[key]
         batch: list[T] = []
-        rows = 0
-        while group.items and (not batch or rows + group.items[0].rows <= self._max_rows):
-            pending = group.items.popleft()
-            batch.append(pending.item)
-            rows += pending.rows
+        rows = tokens = 0
+        while group.items:
+            head = group.items[0]
+            if batch and (
+                rows + head.rows > self._max_rows
+                or (self._max_tokens is not None and tokens + head.tokens > self._max_tokens)
+            ):
+                break
+            group.items.popleft()
+            batch.append(head.item)
+            rows += head.rows
+            tokens += head.tokens
         group.rows -= rows
+        group.tokens -= tokens
         self._rows -= rows
         if not group.items:
             del self._groups[key]

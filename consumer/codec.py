@@ -10,6 +10,17 @@ Request value (JSON, KServe V2 / Open Inference Protocol "inference request")::
 
 Every input's ``shape[0]`` is its number of rows (>= 1) and must agree across inputs; batching counts rows.
 
+Binary tensor data (the OIP/KServe V2 binary data extension, as Triton implements it over HTTP): when the record
+carries header ``inference-header-content-length: N`` (decimal text, any case), the first N bytes of the value are
+the JSON request and the rest is raw tensor data; an input with ``"parameters": {"binary_data_size": K}`` and no
+``data`` takes the next K bytes, in input order: little-endian, row-major, ``prod(shape) * itemsize`` bytes (BYTES
+elements each a 4-byte little-endian length then the bytes). A request with ``"parameters":
+{"binary_data_output": true}`` gets its response in the same form (header on the result record).
+
+Sequence models (:mod:`consumer.sequence`) take ``[rows, length]`` token ids, ``attention_mask`` and
+``token_type_ids`` optional; with a tokenizer configured they also take text: one BYTES input (``text`` by
+default) of shape ``[rows]``, one UTF-8 string per row.
+
 Response value (JSON, OIP "inference response")::
 
     {"id": "abc", "model_name": "digits", "model_version": "1",
@@ -24,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -32,10 +43,15 @@ import orjson
 from consumer.errors import DeadLetterReason, DecodeError, ValidationError
 from consumer.schema import NUMPY_TO_OIP, OIP_TO_NUMPY, ModelSignature, TensorSpec
 
+if TYPE_CHECKING:
+    from consumer.sequence import TextEncoder
+
 R = DeadLetterReason
 
 #: Header carrying the correlation ID on requests (optional) and on every result and dead letter.
 CORRELATION_HEADER = "correlation_id"
+#: Header of a binary-extension record: the JSON part's length, bytes (the HTTP header name of OIP, lower case).
+BINARY_HEADER = "inference-header-content-length"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +76,16 @@ class DecodedRequest:
         inputs: model input name -> array already cast to the model's dtype, shape ``[rows, ...]``.
         rows: ``shape[0]`` shared by all inputs.
         outputs: requested output names, or None for all outputs.
+        length: sequence models: the request's token length (axis 1); 0 otherwise.
+        binary_output: answer in the binary data extension (``parameters.binary_data_output``).
     """
 
     id: str | None
     inputs: dict[str, np.ndarray]
     rows: int
     outputs: tuple[str, ...] | None
+    length: int = 0
+    binary_output: bool = False
 
     @property
     def shape_key(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -73,13 +93,41 @@ class DecodedRequest:
         return tuple((name, arr.shape[1:]) for name, arr in sorted(self.inputs.items()))
 
 
-def decode_request(value: bytes | None, signature: ModelSignature, limits: Limits) -> DecodedRequest:
+def binary_header_length(headers: Iterable[tuple[str, bytes | None]]) -> int | None:
+    """The ``inference-header-content-length`` header's value (JSON part of a binary-extension record), or None.
+
+    Raises:
+        DecodeError: invalid_request: the header is not a non-negative decimal integer.
+    """
+    for name, value in headers:
+        if name.lower() == BINARY_HEADER:
+            try:
+                length = int(value or b"")
+            except ValueError:
+                raise DecodeError(R.INVALID_REQUEST, f"header {BINARY_HEADER} is not an integer: {value!r}") from None
+            if length < 0:
+                raise DecodeError(R.INVALID_REQUEST, f"header {BINARY_HEADER} is negative")
+            return length
+    return None
+
+
+def decode_request(
+    value: bytes | None,
+    signature: ModelSignature,
+    limits: Limits,
+    *,
+    json_length: int | None = None,
+    text: TextEncoder | None = None,
+) -> DecodedRequest:
     """Parse and validate one record value against the model's inputs.
 
     Args:
         value: the Kafka record value (UTF-8 JSON), possibly None for a tombstone.
         signature: the model's inputs and outputs.
         limits: size limits.
+        json_length: binary data extension: the JSON part's length in bytes (from
+            :func:`binary_header_length`); None for a plain JSON value.
+        text: tokenizer for text requests of a sequence model, or None when text is not served.
 
     Returns:
         The request with each input as a numpy array of the model's dtype and shape ``[rows, ...]``.
@@ -95,6 +143,12 @@ def decode_request(value: bytes | None, signature: ModelSignature, limits: Limit
         raise DecodeError(
             R.TOO_LARGE, f"record value is {len(value)} bytes; max_record_bytes is {limits.max_record_bytes}"
         )
+    binary: memoryview | None = None
+    if json_length is not None:
+        if json_length > len(value):
+            raise DecodeError(R.INVALID_REQUEST, f"{BINARY_HEADER} {json_length} exceeds the value ({len(value)} B)")
+        binary = memoryview(value)[json_length:]
+        value = value[:json_length]
     try:
         body = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
@@ -108,31 +162,51 @@ def decode_request(value: bytes | None, signature: ModelSignature, limits: Limit
     parameters = body.get("parameters")
     if parameters is not None and not isinstance(parameters, dict):
         raise DecodeError(R.INVALID_REQUEST, "'parameters' must be an object")
+    binary_output = bool(parameters and parameters.get("binary_data_output") is True)
     outputs = _requested_outputs(body.get("outputs"), signature)
 
     raw_inputs = body.get("inputs")
     if not isinstance(raw_inputs, list):
         raise DecodeError(R.INVALID_REQUEST, "'inputs' must be a list")
     by_name: dict[str, dict[str, Any]] = {}
+    chunks: dict[str, memoryview] = {}
+    taken = 0
     for i, item in enumerate(raw_inputs):
-        _check_input_fields(i, item)
+        size = _check_input_fields(i, item, binary is not None)
         if item["name"] in by_name:
             raise DecodeError(R.INVALID_REQUEST, f"input {item['name']!r} appears twice")
         by_name[item["name"]] = item
+        if size is not None:
+            assert binary is not None
+            if taken + size > len(binary):
+                raise DecodeError(R.INVALID_REQUEST, f"inputs[{i}].binary_data_size runs past the value's end")
+            chunks[item["name"]] = binary[taken : taken + size]
+            taken += size
+    if binary is not None and taken != len(binary):
+        raise DecodeError(R.INVALID_REQUEST, f"{len(binary) - taken} bytes of binary data belong to no input")
 
-    unknown = sorted(set(by_name) - {s.name for s in signature.inputs})
+    if text is not None and set(by_name) == {text.input_name}:
+        arrays = _tokenize(by_name[text.input_name], chunks.get(text.input_name), text, limits)
+        return _sequence_request(request_id, arrays, outputs, signature, binary_output)
+
+    sequence = signature.sequence
+    names = {s.name for s in signature.inputs}
+    unknown = sorted(set(by_name) - names)
     if unknown:
         raise ValidationError(R.UNKNOWN_INPUT, f"model has no input {unknown[0]!r}")
-    missing = [s.name for s in signature.inputs if s.name not in by_name]
+    optional = sequence.optional if sequence is not None else {}
+    missing = [s.name for s in signature.inputs if s.name not in by_name and s.name not in optional]
     if missing:
         raise ValidationError(R.MISSING_INPUT, f"model input {missing[0]!r} is missing")
 
     # numpy turns JSON true/false into 1/0 next to numbers; look for them only when the bytes could hold one.
     may_hold_booleans = b"true" in value or b"false" in value
-    arrays: dict[str, np.ndarray] = {}
+    arrays = {}
     rows: int | None = None
     for spec in signature.inputs:
-        arr = _to_array(spec, by_name[spec.name], limits, may_hold_booleans)
+        if spec.name not in by_name:
+            continue
+        arr = _to_array(spec, by_name[spec.name], chunks.get(spec.name), limits, may_hold_booleans)
         if rows is None:
             rows = arr.shape[0]
         elif arr.shape[0] != rows:
@@ -140,14 +214,128 @@ def decode_request(value: bytes | None, signature: ModelSignature, limits: Limit
                 R.SHAPE_MISMATCH, f"input {spec.name!r} has {arr.shape[0]} rows, other inputs have {rows}"
             )
         arrays[spec.name] = arr
-    assert rows is not None  # signature.inputs is never empty
-    return DecodedRequest(id=request_id, inputs=arrays, rows=rows, outputs=outputs)
+    if rows is None:  # only optional inputs were given
+        raise ValidationError(R.MISSING_INPUT, f"model input {signature.inputs[0].name!r} is missing")
+    if sequence is not None:
+        return _sequence_request(request_id, arrays, outputs, signature, binary_output)
+    _check_ranges(arrays, signature)
+    return DecodedRequest(id=request_id, inputs=arrays, rows=rows, outputs=outputs, binary_output=binary_output)
 
 
-def _check_input_fields(index: int, item: object) -> None:
+def _sequence_request(
+    request_id: str | None,
+    arrays: dict[str, np.ndarray],
+    outputs: tuple[str, ...] | None,
+    signature: ModelSignature,
+    binary_output: bool,
+) -> DecodedRequest:
+    """Check a sequence model's token inputs agree on ``[rows, length]``, fill the optional ones, check ranges."""
+    sequence = signature.sequence
+    assert sequence is not None
+    first = next(iter(arrays.values()))
+    rows, length = int(first.shape[0]), int(first.shape[1])
+    for name, arr in arrays.items():
+        if arr.shape != first.shape:
+            raise ValidationError(
+                R.SHAPE_MISMATCH, f"input {name!r} has shape {list(arr.shape)}, other inputs {list(first.shape)}"
+            )
+    if length < 1:
+        raise ValidationError(R.SHAPE_MISMATCH, "sequence length (axis 1) must be >= 1")
+    if length > sequence.max_length:
+        raise ValidationError(
+            R.TOO_LARGE, f"sequence of {length} tokens; the model takes at most {sequence.max_length}"
+        )
+    dtypes = {s.name: s.dtype for s in signature.inputs}
+    for name, fill in sequence.optional.items():
+        if name not in arrays:
+            arrays[name] = np.full((rows, length), fill, dtype=dtypes[name])
+    _check_ranges(arrays, signature)
+    ordered = {name: arrays[name] for name in sequence.inputs}
+    return DecodedRequest(request_id, ordered, rows, outputs, length=length, binary_output=binary_output)
+
+
+def _check_ranges(arrays: Mapping[str, np.ndarray], signature: ModelSignature) -> None:
+    for name, (low, high) in signature.ranges.items():
+        arr = arrays.get(name)
+        if arr is None or arr.size == 0:
+            continue
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < low or hi > high:
+            raise ValidationError(R.OUT_OF_RANGE, f"input {name!r}: values [{lo}, {hi}] outside [{low}, {high}]")
+
+
+def _tokenize(
+    item: Mapping[str, Any], chunk: memoryview | None, text: TextEncoder, limits: Limits
+) -> dict[str, np.ndarray]:
+    """A text input (BYTES ``[rows]`` or ``[rows, 1]``, one UTF-8 string per row) -> token id inputs."""
+    name = item["name"]
+    shape: list[int] = item["shape"]
+    if item["datatype"] != "BYTES":
+        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: text must be BYTES, got {item['datatype']!r}")
+    if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
+        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: text shape must be [rows] or [rows, 1], got {shape}")
+    rows = shape[0]
+    if rows < 1:
+        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: shape[0] (rows) must be >= 1")
+    if rows > limits.max_record_rows:
+        raise ValidationError(R.TOO_LARGE, f"input {name!r}: {rows} rows; max_record_rows is {limits.max_record_rows}")
+    if chunk is not None:
+        texts = _bytes_elements(name, chunk)
+    else:
+        data = item["data"]
+        if len(shape) == 2 and all(isinstance(v, list) and len(v) == 1 for v in data):
+            data = [v[0] for v in data]
+        if any(v is None for v in data):
+            raise ValidationError(R.NULL_VALUE, f"input {name!r}: data contains null")
+        if not all(isinstance(v, str) for v in data):
+            raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: BYTES data must be strings")
+        texts = data
+    if len(texts) != rows:
+        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: {len(texts)} strings, shape {shape} needs {rows}")
+    return text.encode(texts)
+
+
+def _bytes_elements(name: str, chunk: memoryview) -> list[str]:
+    """Binary BYTES elements: each a 4-byte little-endian length, then that many UTF-8 bytes."""
+    texts: list[str] = []
+    pos = 0
+    raw = chunk.tobytes()
+    while pos < len(raw):
+        if pos + 4 > len(raw):
+            raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: binary BYTES element length is cut off")
+        n = int.from_bytes(raw[pos : pos + 4], "little")
+        pos += 4
+        if pos + n > len(raw):
+            raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: binary BYTES element runs past its data")
+        try:
+            texts.append(raw[pos : pos + n].decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: a BYTES element is not UTF-8") from None
+        pos += n
+    return texts
+
+
+def _check_input_fields(index: int, item: object, binary: bool) -> int | None:
+    """Check one input object's fields; return its ``binary_data_size`` (bytes) when its data is binary."""
     if not isinstance(item, dict):
         raise DecodeError(R.INVALID_REQUEST, f"inputs[{index}] is not an object")
-    for field, kind in (("name", str), ("shape", list), ("datatype", str), ("data", list)):
+    params = item.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        raise DecodeError(R.INVALID_REQUEST, f"inputs[{index}].parameters must be an object")
+    size = params.get("binary_data_size") if params else None
+    if size is not None:
+        if not binary:
+            raise DecodeError(
+                R.INVALID_REQUEST, f"inputs[{index}] has binary_data_size but the record has no {BINARY_HEADER} header"
+            )
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise DecodeError(R.INVALID_REQUEST, f"inputs[{index}].parameters.binary_data_size must be an integer >= 0")
+        if "data" in item:
+            raise DecodeError(R.INVALID_REQUEST, f"inputs[{index}] has both data and binary_data_size")
+    fields: tuple[tuple[str, type], ...] = (("name", str), ("shape", list), ("datatype", str))
+    if size is None:
+        fields += (("data", list),)
+    for field, kind in fields:
         if field not in item:
             raise DecodeError(R.INVALID_REQUEST, f"inputs[{index}] has no {field!r}")
         if not isinstance(item[field], kind):
@@ -155,6 +343,7 @@ def _check_input_fields(index: int, item: object) -> None:
     shape = item["shape"]
     if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise DecodeError(R.INVALID_REQUEST, f"inputs[{index}].shape must be non-negative integers")
+    return size
 
 
 def _requested_outputs(raw: object, signature: ModelSignature) -> tuple[str, ...] | None:
@@ -195,7 +384,9 @@ def _castable(declared: np.dtype[Any], target: np.dtype[Any]) -> bool:
     return dk == "f" and tk == "f"  # float width change (range checked)
 
 
-def _to_array(spec: TensorSpec, item: Mapping[str, Any], limits: Limits, may_hold_booleans: bool) -> np.ndarray:
+def _to_array(
+    spec: TensorSpec, item: Mapping[str, Any], chunk: memoryview | None, limits: Limits, may_hold_booleans: bool
+) -> np.ndarray:
     name: str = item["name"]
     shape: list[int] = item["shape"]
     datatype: str = item["datatype"]
@@ -222,6 +413,17 @@ def _to_array(spec: TensorSpec, item: Mapping[str, Any], limits: Limits, may_hol
             R.TOO_LARGE, f"input {name!r}: {shape[0]} rows; max_record_rows is {limits.max_record_rows}"
         )
 
+    if chunk is not None:
+        count = math.prod(shape)
+        if len(chunk) != count * declared.itemsize:
+            raise ValidationError(
+                R.SHAPE_MISMATCH,
+                f"input {name!r}: {len(chunk)} bytes of binary data, shape {shape} of {datatype} needs "
+                f"{count * declared.itemsize}",
+            )
+        arr = np.frombuffer(chunk, dtype=declared.newbyteorder("<")).reshape(shape)
+        _check_values(name, arr, declared, spec.dtype)
+        return np.ascontiguousarray(arr, dtype=spec.dtype)
     if may_hold_booleans and declared.kind != "b" and _holds_boolean(item["data"]):
         raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: data holds booleans, declared {_oip(declared)}")
     try:
@@ -311,70 +513,154 @@ def correlation_id(
     return fallback.encode()
 
 
+def _le_bytes(arr: np.ndarray) -> bytes:
+    """Row-major little-endian bytes of a numeric array (the binary data extension's layout)."""
+    return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+
+
+def _tensor(name: str, arr: np.ndarray, binary: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": name, "shape": list(arr.shape), "datatype": NUMPY_TO_OIP[arr.dtype]}
+    if binary:
+        entry["parameters"] = {"binary_data_size": arr.nbytes}
+    else:
+        entry["data"] = np.ascontiguousarray(arr).reshape(-1)
+    return entry
+
+
 def encode_response(response_id: str, signature: ModelSignature, outputs: Sequence[tuple[str, np.ndarray]]) -> bytes:
-    """Serialise one OIP inference response.
+    """Serialise one OIP inference response as JSON.
 
     Args:
         response_id: the response ``id`` (the correlation ID as text).
         signature: supplies ``model_name`` and ``model_version``.
-        outputs: (name, array) pairs for this record only, each array ``[rows, ...]``.
+        outputs: (name, array) pairs for this record only, each array ``[rows, ...]``, numeric.
 
     Returns:
         UTF-8 JSON bytes; ``data`` is flat row-major as the OIP specifies.
+
+    Raises:
+        KeyError: an output's dtype has no OIP datatype.
     """
+    return _response(response_id, signature, outputs, binary=False)
+
+
+def encode_response_binary(
+    response_id: str, signature: ModelSignature, outputs: Sequence[tuple[str, np.ndarray]]
+) -> tuple[bytes, int]:
+    """Serialise one OIP inference response in the binary data extension.
+
+    Returns:
+        (value, json_length): the JSON part (outputs carry ``parameters.binary_data_size``, no ``data``) followed
+        by each output's little-endian row-major bytes; and the JSON part's length in bytes (the value of the
+        result's ``inference-header-content-length`` header).
+
+    Raises:
+        KeyError: an output's dtype has no OIP datatype.
+    """
+    head = _response(response_id, signature, outputs, binary=True)
+    return head + b"".join(_le_bytes(arr) for _, arr in outputs), len(head)
+
+
+def _response(
+    response_id: str, signature: ModelSignature, outputs: Sequence[tuple[str, np.ndarray]], *, binary: bool
+) -> bytes:
     body = {
         "id": response_id,
         "model_name": signature.name,
         "model_version": signature.version,
-        "outputs": [
-            {
-                "name": name,
-                "shape": list(arr.shape),
-                "datatype": NUMPY_TO_OIP[arr.dtype],
-                "data": np.ascontiguousarray(arr).reshape(-1),
-            }
-            for name, arr in outputs
-        ],
+        "outputs": [_tensor(name, arr, binary) for name, arr in outputs],
     }
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def encode_request(
-    request_id: str | None, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
-) -> bytes:
-    """Serialise an OIP inference request (used by producer_tools and tests).
+RequestInputs = Mapping[str, "np.ndarray | list[str]"]
+
+
+def encode_request(request_id: str | None, inputs: RequestInputs, outputs: Sequence[str] | None = None) -> bytes:
+    """Serialise an OIP inference request as JSON (used by producer_tools and tests).
 
     Args:
         request_id: the ``id`` field, or None to leave it out.
-        inputs: input name -> array ``[rows, ...]`` of an OIP-mappable dtype.
+        inputs: input name -> array ``[rows, ...]`` of an OIP-mappable numeric dtype, or a list of ``str`` for a
+            text (BYTES) input of shape ``[rows]``.
         outputs: output names to request, or None for all.
     """
-    body: dict[str, Any] = {
-        "inputs": [
-            {
-                "name": name,
-                "shape": list(arr.shape),
-                "datatype": NUMPY_TO_OIP[arr.dtype],
-                "data": np.ascontiguousarray(arr).reshape(-1),
-            }
-            for name, arr in inputs.items()
-        ]
-    }
+    head, _ = _request(request_id, inputs, outputs, binary=False, binary_output=False)
+    return head
+
+
+def encode_request_binary(
+    request_id: str | None, inputs: RequestInputs, outputs: Sequence[str] | None = None, *, binary_output: bool = True
+) -> tuple[bytes, int]:
+    """Serialise an OIP inference request in the binary data extension.
+
+    Args:
+        binary_output: ask for the response in the binary data extension too.
+
+    Returns:
+        (value, json_length): the record value, and the JSON part's length in bytes (send it as header
+        ``inference-header-content-length``).
+    """
+    head, blobs = _request(request_id, inputs, outputs, binary=True, binary_output=binary_output)
+    return head + b"".join(blobs), len(head)
+
+
+def _request(
+    request_id: str | None,
+    inputs: RequestInputs,
+    outputs: Sequence[str] | None,
+    *,
+    binary: bool,
+    binary_output: bool,
+) -> tuple[bytes, list[bytes]]:
+    tensors: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for name, arr in inputs.items():
+        if isinstance(arr, list):  # text
+            raw = [t.encode() for t in arr]
+            entry: dict[str, Any] = {"name": name, "shape": [len(raw)], "datatype": "BYTES"}
+            if binary:
+                blob = b"".join(len(r).to_bytes(4, "little") + r for r in raw)
+                entry["parameters"] = {"binary_data_size": len(blob)}
+                blobs.append(blob)
+            else:
+                entry["data"] = arr
+            tensors.append(entry)
+            continue
+        tensors.append(_tensor(name, arr, binary))
+        if binary:
+            blobs.append(_le_bytes(arr))
+    body: dict[str, Any] = {"inputs": tensors}
     if request_id is not None:
         body["id"] = request_id
     if outputs is not None:
         body["outputs"] = [{"name": n} for n in outputs]
-    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    if binary_output:
+        body["parameters"] = {"binary_data_output": True}
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), blobs
 
 
-def decode_response(value: bytes) -> dict[str, Any]:
+def decode_response(value: bytes, json_length: int | None = None) -> dict[str, Any]:
     """Parse an OIP response into ``{"id", "model_name", "model_version", "outputs": {name: ndarray}}``.
 
+    Args:
+        value: the result record's value.
+        json_length: the ``inference-header-content-length`` header of a binary response, else None.
+
     Raises:
-        orjson.JSONDecodeError, KeyError: the value is not an OIP response.
+        orjson.JSONDecodeError, KeyError, ValueError: the value is not an OIP response.
     """
-    body = orjson.loads(value)
-    arrays = {
-        o["name"]: np.asarray(o["data"], dtype=OIP_TO_NUMPY[o["datatype"]]).reshape(o["shape"]) for o in body["outputs"]
-    }
+    head = value if json_length is None else value[:json_length]
+    body = orjson.loads(head)
+    arrays: dict[str, np.ndarray] = {}
+    pos = json_length or 0
+    for o in body["outputs"]:
+        dtype = OIP_TO_NUMPY[o["datatype"]]
+        size = (o.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            flat = np.frombuffer(value[pos : pos + size], dtype=dtype.newbyteorder("<"))
+            arrays[o["name"]] = flat.astype(dtype).reshape(o["shape"])
+            pos += size
+        else:
+            arrays[o["name"]] = np.asarray(o["data"], dtype=dtype).reshape(o["shape"])
     return {**body, "outputs": arrays}

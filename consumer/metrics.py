@@ -22,6 +22,10 @@ AGE_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 OUTCOMES = ("result", "dead_letter")
 
 
+#: Padded / real tokens of a sequence batch: 1 = no padding; bucketing by length keeps it below 2.
+PADDING_RATIO_BUCKETS = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+
 class Metrics:
     """All of streaminfer's metrics on one registry.
 
@@ -35,6 +39,12 @@ class Metrics:
             "streaminfer_batch_rows",
             "Rows per micro-batch sent to ONNX Runtime.",
             buckets=BATCH_ROWS_BUCKETS,
+            registry=registry,
+        )
+        self.batch_padding_ratio = Histogram(
+            "streaminfer_batch_padding_ratio",
+            "Sequence models: padded tokens / real tokens per micro-batch (1 = no padding).",
+            buckets=PADDING_RATIO_BUCKETS,
             registry=registry,
         )
         self.batch_queue_wait_seconds = Histogram(

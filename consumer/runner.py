@@ -9,7 +9,8 @@ dimension is checked against the batch's rows (pattern after MLServer ``batching
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -17,11 +18,21 @@ import numpy as np
 
 from consumer.errors import DeadLetterReason, InferenceError, ModelError
 from consumer.schema import ModelSignature, TensorSpec
+from consumer.sequence import DEFAULT_BUCKETS, detect, input_ranges, length_buckets
 
 log = logging.getLogger(__name__)
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+
+#: settings name -> onnxruntime.GraphOptimizationLevel (a function of the module: onnxruntime is imported late).
+OPTIMIZATION_LEVELS: dict[str, Callable[[Any], Any]] = {
+    "disable": lambda ort: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
 
 
 class SessionLike(Protocol):
@@ -57,56 +68,68 @@ class OnnxRunner:
         execution_provider: Literal["auto", "cuda", "cpu"] = "auto",
         require_gpu: bool = False,
         intra_op_threads: int = 0,
+        inter_op_threads: int = 0,
+        graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all",
+        tensorrt: bool = False,
+        trt_engine_cache_dir: Path | None = None,
+        fp16: bool = False,
+        max_batch_size: int = 64,
         model_name: str | None = None,
         model_version: str | None = None,
     ) -> OnnxRunner:
-        """Create the session and read the signature from the graph.
+        """Create the session and read the signature (sequence layout and value ranges included) from the graph.
 
-        ``auto`` asks for CUDA when the installed onnxruntime offers it and falls back to CPU; ONNX Runtime drops
-        a provider it cannot initialise without raising, so the active provider is read back from the session.
+        ``auto`` asks for CUDA when the installed onnxruntime offers it and a GPU is visible, and falls back to
+        CPU; ONNX Runtime drops a provider it cannot initialise without raising (it logs a warning and runs on
+        CPU), so the active provider is read back from the session and logged.
+
+        Args:
+            tensorrt: put the TensorRT provider before CUDA, with an engine cache in ``trt_engine_cache_dir`` and
+                explicit profile shapes from 1 row x 1 token to ``max_batch_size`` rows x the longest sequence.
+            fp16: GPU only: serve a float16 copy of the graph (ONNX Runtime's converter, float32 inputs and
+                outputs kept); with TensorRT, its FP16 mode instead.
+            max_batch_size: the largest batch in rows, for TensorRT's profile shapes.
 
         Raises:
             ModelError: the file cannot be loaded, an input or output is not a tensor, an input's axis 0 is not
-                dynamic,
-                or ``require_gpu`` / ``execution_provider=cuda`` is set and CUDA is not active.
+                dynamic, the metadata is malformed, or ``require_gpu`` / ``execution_provider=cuda`` /
+                ``tensorrt`` / ``fp16`` is set and CUDA (or TensorRT) is not active.
         """
         import onnxruntime as ort  # heavy import, kept off unit tests that use fakes
 
         available = ort.get_available_providers()
+        gpu_wanted = execution_provider == "cuda" or require_gpu or tensorrt or fp16
         if execution_provider == "cpu":
-            providers = [CPU]
-        elif execution_provider == "cuda" or require_gpu:
+            names = [CPU]
+        elif gpu_wanted:
             if CUDA not in available:
-                raise ModelError(f"execution_provider=cuda: this onnxruntime offers only {available}")
-            providers = [CUDA, CPU]
+                raise ModelError(f"a GPU was asked for: this onnxruntime offers only {available}")
+            names = [CUDA, CPU]
         else:  # auto: CUDA only where a GPU is really present, so CPU machines start without CUDA load errors
-            providers = [CUDA, CPU] if CUDA in available and gpu_count() > 0 else [CPU]
+            names = [CUDA, CPU] if CUDA in available and gpu_count() > 0 else [CPU]
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        try:
-            session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
-        except Exception as exc:
-            raise ModelError(f"cannot load model {str(path)!r}: {exc}") from exc
+        options.inter_op_num_threads = inter_op_threads
+        options.graph_optimization_level = OPTIMIZATION_LEVELS[graph_optimization_level](ort)
+        providers: list[Any] = list(names)
+        model: str | bytes = str(path)
+        if tensorrt:
+            if TENSORRT not in available:
+                raise ModelError(f"tensorrt=true: this onnxruntime offers only {available}")
+            probe = _open(ort, model, ort.SessionOptions(), [CPU])
+            providers.insert(0, (TENSORRT, _trt_options(probe, max_batch_size, trt_engine_cache_dir, fp16)))
+        elif fp16 and names[0] == CUDA:
+            model = _float16(path)
+        session = _open(ort, model, options, providers)
         active = session.get_providers()[0]
-        if (execution_provider == "cuda" or require_gpu) and active != CUDA:
-            raise ModelError(f"CUDA execution provider requested but ONNX Runtime is running on {active}")
-        meta = session.get_modelmeta()
-        custom = meta.custom_metadata_map
-        try:
-            inputs = tuple(TensorSpec.from_ort(i.name, i.type, i.shape) for i in session.get_inputs())
-            outputs = tuple(TensorSpec.from_ort(o.name, o.type, o.shape) for o in session.get_outputs())
-        except KeyError as exc:
-            raise ModelError(f"model {str(path)!r} has a non-tensor input or output: {exc}") from None
-        for spec in inputs:  # outputs are checked on every run: first dimension == the batch's rows
-            if not spec.shape or spec.shape[0] is not None:
-                raise ModelError(f"input {spec.name!r} has no dynamic batch axis (shape {spec.shape})")
-        signature = ModelSignature(
-            name=model_name or custom.get("model_name") or path.stem,
-            version=model_version or custom.get("model_version") or "1",
-            inputs=inputs,
-            outputs=outputs,
+        log.info(
+            "execution providers: asked %s, active %s", [p if isinstance(p, str) else p[0] for p in providers], active
         )
+        if gpu_wanted and active not in (CUDA, TENSORRT):
+            raise ModelError(f"a GPU execution provider was requested but ONNX Runtime is running on {active}")
+        if tensorrt and active != TENSORRT:
+            raise ModelError(f"tensorrt=true but ONNX Runtime is running on {active}")
+        signature = _signature(session, path, model_name, model_version)
         device_id = int(session.get_provider_options().get(active, {}).get("device_id", 0))
         log.info("model %s v%s loaded on %s", signature.name, signature.version, active)
         return cls(session, signature, active, device_id)
@@ -125,7 +148,10 @@ class OnnxRunner:
             InferenceError: ONNX Runtime raised, or an output's first dimension is not ``rows``.
         """
         try:
-            values = self.session.run(self._output_names, dict(feeds))
+            if self.provider == CPU:
+                values = self.session.run(self._output_names, dict(feeds))
+            else:  # CUDA / TensorRT: IO binding, one host->device copy per input, outputs copied back once
+                values = self._run_bound(feeds)
         except Exception as exc:
             raise InferenceError(
                 DeadLetterReason.INFERENCE_ERROR, f"ONNX Runtime failed: {type(exc).__name__}: {exc}"
@@ -139,11 +165,22 @@ class OnnxRunner:
                 )
         return out
 
-    def warmup(self, batch_sizes: Sequence[int], runs: int) -> list[int]:
-        """Run zeros ``runs`` times at each batch size (rows) so kernels and arenas are ready before serving.
+    def _run_bound(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        binding: Any = self.session.io_binding()  # type: ignore[attr-defined]
+        for name, arr in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(arr))
+        for name in self._output_names:
+            binding.bind_output(name, "cuda", self.device_id)
+        self.session.run_with_iobinding(binding)  # type: ignore[attr-defined]
+        return list(binding.copy_outputs_to_cpu())
 
-        Dynamic non-batch axes are warmed at length 1. A model that fails at a size above 1 is still served
-        (failing batches are bisected down to single records), with a warning.
+    def warmup(self, batch_sizes: Sequence[int], runs: int, lengths: Sequence[int] = (1,)) -> list[int]:
+        """Run ``runs`` times at each batch size (rows) and sequence length (tokens) so kernels, arenas and (on a
+        GPU) algorithm choices are ready before serving.
+
+        Inputs are zeros (token ids: the pad id, attention mask 1); dynamic non-batch axes get each of
+        ``lengths``. A model that fails at a size above 1 is still served (failing batches are bisected down to
+        single records), with a warning.
 
         Returns:
             The batch sizes at which the model failed.
@@ -153,23 +190,105 @@ class OnnxRunner:
         """
         failing: list[int] = []
         for rows in batch_sizes:
-            feeds = {
-                s.name: np.zeros((rows, *(d if d is not None else 1 for d in s.shape[1:])), dtype=s.dtype)
-                for s in self.signature.inputs
-            }
-            try:
-                for _ in range(runs):
-                    self.run(feeds, rows)
-            except InferenceError as exc:
-                if rows == 1:
-                    raise
-                failing.append(rows)
-                log.warning(
-                    "model fails at batch %d (%s); failing batches will be bisected, consider a smaller max_batch_size",
-                    rows,
-                    exc,
-                )
+            for length in lengths:
+                feeds = {
+                    s.name: np.full(
+                        (rows, *(d if d is not None else length for d in s.shape[1:])),
+                        1 if s.name == "attention_mask" else 0,
+                        dtype=s.dtype,
+                    )
+                    for s in self.signature.inputs
+                }
+                try:
+                    for _ in range(runs):
+                        self.run(feeds, rows)
+                except InferenceError as exc:
+                    if rows == 1:
+                        raise
+                    failing.append(rows)
+                    log.warning(
+                        "model fails at batch %d (%s); failing batches will be bisected, consider a smaller "
+                        "max_batch_size",
+                        rows,
+                        exc,
+                    )
+                    break
         return failing
+
+
+def _open(ort: Any, model: str | bytes, options: Any, providers: list[Any]) -> Any:
+    try:
+        return ort.InferenceSession(model, sess_options=options, providers=providers)
+    except Exception as exc:
+        raise ModelError(f"cannot load model: {exc}") from exc
+
+
+def _signature(session: Any, path: Path, model_name: str | None, model_version: str | None) -> ModelSignature:
+    """The session's inputs and outputs, with the sequence layout and value ranges from its metadata.
+
+    Raises:
+        ModelError: a non-tensor input or output, an input without a dynamic batch axis, malformed metadata.
+    """
+    custom: dict[str, str] = dict(session.get_modelmeta().custom_metadata_map)
+    try:
+        inputs = tuple(TensorSpec.from_ort(i.name, i.type, i.shape) for i in session.get_inputs())
+        outputs = tuple(TensorSpec.from_ort(o.name, o.type, o.shape) for o in session.get_outputs())
+    except KeyError as exc:
+        raise ModelError(f"model {str(path)!r} has a non-tensor input or output: {exc}") from None
+    for spec in inputs:  # outputs are checked on every run: first dimension == the batch's rows
+        if not spec.shape or spec.shape[0] is not None:
+            raise ModelError(f"input {spec.name!r} has no dynamic batch axis (shape {spec.shape})")
+    plain = ModelSignature(
+        name=model_name or custom.get("model_name") or path.stem,
+        version=model_version or custom.get("model_version") or "1",
+        inputs=inputs,
+        outputs=outputs,
+    )
+    return replace(plain, sequence=detect(plain, custom), ranges=input_ranges(custom))
+
+
+def _trt_options(probe: Any, max_rows: int, cache_dir: Path | None, fp16: bool) -> dict[str, Any]:
+    """TensorRT provider options: engine cache, FP16, and explicit profile shapes per input (min 1 row and
+    1 token, opt and max ``max_rows`` rows and the longest sequence) so engines are not rebuilt per new shape."""
+    inputs = [TensorSpec.from_ort(i.name, i.type, i.shape) for i in probe.get_inputs()]
+    meta = dict(probe.get_modelmeta().custom_metadata_map)
+    longest = int(meta.get("max_sequence_length", DEFAULT_BUCKETS[-1]))
+
+    def shapes(rows: int, tokens: int) -> str:
+        return ",".join(
+            f"{s.name}:"
+            + "x".join(str(d if d is not None else (rows if i == 0 else tokens)) for i, d in enumerate(s.shape))
+            for s in inputs
+        )
+
+    cache = cache_dir or Path(".cache/trt")
+    cache.mkdir(parents=True, exist_ok=True)
+    return {
+        "trt_engine_cache_enable": True,
+        "trt_engine_cache_path": str(cache),
+        "trt_fp16_enable": fp16,
+        "trt_profile_min_shapes": shapes(1, 1),
+        "trt_profile_opt_shapes": shapes(max_rows, min(128, longest)),
+        "trt_profile_max_shapes": shapes(max_rows, longest),
+    }
+
+
+def _float16(path: Path) -> bytes:
+    """A float16 copy of the model with float32 inputs and outputs (ONNX Runtime's own converter).
+
+    Raises:
+        ModelError: the onnx package is missing or the conversion fails.
+    """
+    try:
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+    except ImportError as exc:
+        raise ModelError(f"fp16 needs the onnx package: {exc}") from None
+    try:
+        converted = convert_float_to_float16(onnx.load(str(path)), keep_io_types=True)
+    except Exception as exc:
+        raise ModelError(f"fp16 conversion of {str(path)!r} failed: {exc}") from exc
+    return bytes(converted.SerializeToString())
 
 
 def gpu_count() -> int:
@@ -184,20 +303,6 @@ def gpu_count() -> int:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001 (NVMLError, ImportError: no driver, no library)
         return 0
-
-
-def assemble(requests: Sequence[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
-    """Stack requests' inputs along axis 0. All requests must share non-batch shapes (the batcher's key).
-
-    Returns:
-        (feeds, rows): input name -> ``[sum of rows, ...]`` array, and the total rows.
-    """
-    names = list(requests[0])
-    if len(requests) == 1:
-        feeds = dict(requests[0])
-    else:
-        feeds = {name: np.concatenate([r[name] for r in requests], axis=0) for name in names}
-    return feeds, int(feeds[names[0]].shape[0])
 
 
 def split(outputs: Mapping[str, np.ndarray], row_counts: Sequence[int]) -> list[dict[str, np.ndarray]]:
@@ -223,6 +328,26 @@ def non_finite_outputs(outputs: Mapping[str, np.ndarray]) -> list[str]:
     return [n for n, a in outputs.items() if a.dtype.kind == "f" and not bool(np.isfinite(a).all())]
 
 
+def warmup_plan(runner: OnnxRunner, max_batch_size: int) -> tuple[list[int], list[int]]:
+    """Batch sizes (rows) and sequence lengths (tokens) to warm up at.
+
+    CPU: 1 and ``max_batch_size`` rows at the shortest length bucket (ONNX Runtime's CPU kernels do not depend
+    on the shape; the arena grows on first use). GPU (CUDA, TensorRT): every power of two up to
+    ``max_batch_size`` and ``max_batch_size`` itself, times every length bucket, so no request pays for an
+    algorithm search or an engine build.
+    """
+    spec = runner.signature.sequence
+    lengths = list(length_buckets(spec.max_length)) if spec is not None else [1]
+    if runner.provider == CPU:
+        return sorted({1, max_batch_size}), lengths[:1]
+    sizes = {max_batch_size}
+    rows = 1
+    while rows < max_batch_size:
+        sizes.add(rows)
+        rows *= 2
+    return sorted(sizes), lengths
+
+
 def describe(runner: OnnxRunner) -> dict[str, Any]:
     """A loggable summary of the model and provider."""
     sig = runner.signature
@@ -232,4 +357,5 @@ def describe(runner: OnnxRunner) -> dict[str, Any]:
         "provider": runner.provider,
         "inputs": {s.name: [s.datatype, list(s.shape)] for s in sig.inputs},
         "outputs": {s.name: [s.datatype, list(s.shape)] for s in sig.outputs},
+        "sequence": None if sig.sequence is None else {"max_length": sig.sequence.max_length},
     }

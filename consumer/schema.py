@@ -8,8 +8,8 @@ symbolic name (``"batch"``) or leave unknown are *dynamic* and stored as ``None`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -80,6 +80,25 @@ class TensorSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SequenceSpec:
+    """How a sequence model's ``[batch, sequence]`` token inputs are padded and validated (see
+    :mod:`consumer.sequence`, which detects it from the graph and metadata).
+
+    Attributes:
+        inputs: the ``[batch, sequence]`` inputs, graph order; all padded to one length per batch.
+        pad_values: input name -> padding value (``input_ids``: the pad token id; others 0).
+        max_length: longest accepted sequence, tokens.
+        optional: inputs a request may leave out, with their fill value (``attention_mask`` 1, ``token_type_ids``
+            0), so a request of bare ``input_ids`` is enough.
+    """
+
+    inputs: tuple[str, ...]
+    pad_values: Mapping[str, int]
+    max_length: int
+    optional: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSignature:
     """The served model's identity and tensors, as the codec validates against and the runner feeds.
 
@@ -88,12 +107,17 @@ class ModelSignature:
         version: model version echoed in ``model_version``.
         inputs: the graph inputs, in graph order.
         outputs: the graph outputs, in graph order.
+        sequence: the padding layout when the inputs are variable-length token sequences, else None.
+        ranges: input name -> inclusive (low, high) value range checked on every request (e.g. token ids below
+            the vocabulary size), from the model's ``input_ranges`` metadata.
     """
 
     name: str
     version: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    sequence: SequenceSpec | None = None
+    ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def input(self, name: str) -> TensorSpec | None:
         """The input called ``name``, or None."""

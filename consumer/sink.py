@@ -3,7 +3,8 @@
 Result record: key = the request's key; value = OIP inference response (JSON); headers::
 
     correlation_id                      the correlation ID, byte-for-byte
-    content-type                        application/json
+    content-type                        application/json (application/octet-stream for a binary-extension response)
+    inference-header-content-length     binary-extension responses only: the JSON part's length, bytes
     streaminfer.request.timestamp_ms    the request record's timestamp, ms since the epoch (decimal text)
 
 Dead-letter record: the request's key, value and headers unchanged (null header values stay null; a record
@@ -35,7 +36,7 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 
-from consumer.codec import CORRELATION_HEADER
+from consumer.codec import BINARY_HEADER, CORRELATION_HEADER
 from consumer.config import Settings
 from consumer.errors import DeadLetterReason
 
@@ -132,8 +133,13 @@ class Sink:
         self.dead_letter_topic = dead_letter_topic
         self._group = group_id.encode()
 
-    async def send_result(self, record: RecordLike, correlation_id: bytes, value: bytes) -> asyncio.Future[Any]:
+    async def send_result(
+        self, record: RecordLike, correlation_id: bytes, value: bytes, json_length: int | None = None
+    ) -> asyncio.Future[Any]:
         """Queue the response for ``record``; the returned future resolves when the broker acknowledged it.
+
+        Args:
+            json_length: a binary data extension response: the JSON part's length, bytes; None for JSON.
 
         Raises:
             aiokafka.errors.MessageSizeTooLargeError: ``value`` exceeds the producer's max request size.
@@ -141,9 +147,11 @@ class Sink:
         """
         headers: Headers = [
             (CORRELATION_HEADER, correlation_id),
-            ("content-type", b"application/json"),
+            ("content-type", b"application/json" if json_length is None else b"application/octet-stream"),
             (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
         ]
+        if json_length is not None:
+            headers.append((BINARY_HEADER, str(json_length).encode()))
         return await self._producer.send(self.results_topic, value=value, key=record.key, headers=headers)
 
     async def send_dead_letter(

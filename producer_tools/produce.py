@@ -43,12 +43,14 @@ class Outgoing:
         value: the record value (None for a tombstone).
         label: the true class, when known (digits).
         expected_reason: the dead-letter reason a poison record must get.
+        headers: extra record headers (e.g. ``inference-header-content-length`` of a binary request).
     """
 
     correlation_id: str
     value: bytes | None
     label: int | None = None
     expected_reason: str | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     def manifest(self) -> dict[str, Any]:
         """The manifest line for this record."""
@@ -133,15 +135,19 @@ async def send_all(
     rate: float | None = None,
     progress: bool = True,
     headers: Callable[[Outgoing], Headers] | None = None,
+    linger_ms: int = 5,
 ) -> None:
     """Send ``records`` (key = the correlation ID; headers ``correlation_id`` = the ID unless ``headers`` gives
     them), paced at ``rate`` records/s if given, and wait until the broker acknowledged every one.
+
+    Args:
+        linger_ms: the producer's linger, ms (0 for latency measurements of single records).
 
     Raises:
         aiokafka.errors.KafkaError: a send failed.
     """
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap_servers, client_id="streaminfer-produce", acks="all", linger_ms=5
+        bootstrap_servers=bootstrap_servers, client_id="streaminfer-produce", acks="all", linger_ms=linger_ms
     )
     await producer.start()
     try:
@@ -154,7 +160,7 @@ async def send_all(
                     if delay > 0:
                         await asyncio.sleep(delay)
                 cid = rec.correlation_id.encode()
-                hdrs = headers(rec) if headers else [(CORRELATION_HEADER, cid)]
+                hdrs = headers(rec) if headers else [(CORRELATION_HEADER, cid), *rec.headers]
                 futures.append(await producer.send(topic, value=rec.value, key=cid, headers=hdrs))
                 bar.update(1)
             await asyncio.gather(*futures)

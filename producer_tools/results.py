@@ -25,7 +25,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 from tqdm import tqdm
 
-from consumer.codec import CORRELATION_HEADER, decode_response
+from consumer.codec import BINARY_HEADER, CORRELATION_HEADER, decode_response
 from consumer.sink import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
 
 
@@ -110,7 +110,8 @@ def _answer(rec: Any, kind: str) -> Answer | None:
         reason = headers.get(REASON_HEADER)
         answer.reason = reason.decode() if reason else None
     else:
-        body = decode_response(rec.value)
+        length = headers.get(BINARY_HEADER)
+        body = decode_response(rec.value, int(length) if length is not None else None)
         answer.body = body
         label = body["outputs"].get("label")
         if label is not None and label.size == 1:

@@ -102,3 +102,11 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         env = dict(line.split("=", 1) for line in lines if "=" in line)
         env["PLAINTEXT_BOOTSTRAP"] = address
         yield env
+
+
+@pytest.fixture(scope="session")
+def text_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The small variable-length sentence encoder of tests/text_model.py (no torch): (model, tokenizer.json)."""
+    from tests.text_model import build
+
+    return build(tmp_path_factory.mktemp("text-model"))

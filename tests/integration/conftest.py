@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from consumer.app import StreamInferApp
 from consumer.config import Settings
 from consumer.metrics import Metrics
-from consumer.runner import OnnxRunner
+from consumer.runner import OnnxRunner, warmup_plan
 from producer_tools.produce import Outgoing
 from producer_tools.results import Report, collect
 from producer_tools.topics import ensure_topics
@@ -42,7 +42,7 @@ async def topics(kafka_bootstrap: str) -> dict[str, str]:
 AppFactory = Callable[..., Awaitable[StreamInferApp]]
 
 
-def settings_for(bootstrap: str, topics: dict[str, str], model: Path, **overrides: Any) -> Settings:
+def settings_for(bootstrap: str, topics: dict[str, str], model_path: Path, **overrides: Any) -> Settings:
     """Settings for a consumer under test: ``topics``, a fresh group, CPU, no HTTP port, a short session timeout."""
     values: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
@@ -50,7 +50,7 @@ def settings_for(bootstrap: str, topics: dict[str, str], model: Path, **override
         "requests_topic": topics["requests"],
         "results_topic": topics["results"],
         "dead_letter_topic": topics["dlq"],
-        "model_path": model,
+        "model_path": model_path,
         "execution_provider": "cpu",
         "http_port": 0,
         "session_timeout_ms": 10_000,
@@ -69,15 +69,17 @@ async def answers(
 
 @pytest.fixture
 async def start_app(kafka_bootstrap: str, topics: dict[str, str], digits_model: Path) -> AsyncIterator[AppFactory]:
-    """Start a consumer in-process; ``await start_app(**setting_overrides)``. Stopped at teardown."""
+    """Start a consumer in-process; ``await start_app(**setting_overrides)`` (default model: digits). Stopped at
+    teardown."""
     started: list[StreamInferApp] = []
     group = f"it-{uuid.uuid4().hex[:8]}"
 
     async def factory(**overrides: Any) -> StreamInferApp:
-        options = {"group_id": group, "shutdown_grace_s": 20, **overrides}
-        settings = settings_for(kafka_bootstrap, topics, digits_model / "digits.onnx", **options)
+        options = {"group_id": group, "shutdown_grace_s": 20, "model_path": digits_model / "digits.onnx", **overrides}
+        settings = settings_for(kafka_bootstrap, topics, **options)
         runner = OnnxRunner.load(settings.model_path, execution_provider="cpu")  # as consumer.__main__ does
-        runner.warmup([1, settings.max_batch_size], settings.warmup_runs)
+        sizes, lengths = warmup_plan(runner, settings.max_batch_size)
+        runner.warmup(sizes, settings.warmup_runs, lengths)
         app = StreamInferApp(settings, runner, Metrics(CollectorRegistry()))
         await app.start()
         started.append(app)

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from consumer.errors import DeadLetterReason, InferenceError
-from consumer.runner import OnnxRunner, assemble, non_finite_outputs, split
+from consumer.runner import OnnxRunner, non_finite_outputs, split
 from consumer.schema import ModelSignature
+from consumer.sequence import BatchBuffers
 
 
 class FakeSession:
@@ -54,7 +55,7 @@ def test_warmup_runs_each_batch_size(digits_signature: ModelSignature) -> None:
 def test_assemble_and_split_round_trip() -> None:
     a = {"input": np.full((1, 64), 1, np.float32)}
     b = {"input": np.full((3, 64), 2, np.float32)}
-    feeds, rows = assemble([a, b])
+    feeds, rows = BatchBuffers({"input": np.dtype(np.float32)}).stack([a, b])
     assert rows == 4
     assert feeds["input"].shape == (4, 64)
     parts = split({"y": feeds["input"][:, 0]}, [1, 3])

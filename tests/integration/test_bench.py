@@ -1,0 +1,73 @@
+"""streaminfer-bench at small sizes against the real broker: every mode runs, the outputs exist and hold numbers,
+the last line has the exact form. The MiniLM step runs on the small text model (same interface)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from producer_tools import bench
+
+LAST_LINE = re.compile(
+    r"^bench: digits_vs_passthrough=(\d+\.\d\d) digits_vs_naive=(\d+\.\d\d) minilm_vs_bare_ort=(\d+\.\d\d)$"
+)
+
+
+def test_quick_bench_runs_every_mode(
+    kafka_bootstrap: str, tmp_path: Path, text_model: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    if not bench.DIGITS_MODEL.is_file():
+        pytest.skip("make model first (models/digits/artifacts/digits.onnx)")
+    model, tokenizer = text_model
+    minilm = tmp_path / "minilm"
+    minilm.mkdir()
+    shutil.copy(model, minilm / "minilm.onnx")
+    shutil.copy(tokenizer, minilm / "tokenizer.json")
+    out = tmp_path / "results"
+    code = bench.main(
+        [
+            "--bootstrap-servers", kafka_bootstrap,
+            "--quick", "--no-progress",
+            "--out", str(out),
+            "--minilm-dir", str(minilm),
+            "--minilm-batch", "16",
+            "--timeout-s", "60",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    match = LAST_LINE.match(printed[-1])
+    assert match, printed[-1]
+    assert all(float(r) > 0 for r in match.groups())
+
+    result = json.loads((out / "bench.json").read_text())
+    runs = result["runs"]
+    modes = {(r["model"], r["mode"]) for r in runs}
+    for expected in [
+        ("digits", "naive"),
+        ("digits", "passthrough"),
+        ("digits", "bare-ort"),
+        ("digits", "streaminfer"),
+        ("digits", "streaminfer-binary"),
+        ("digits", "open-loop"),
+        ("digits", "lone"),
+        ("minilm", "bare-ort"),
+        ("minilm", "streaminfer"),
+    ]:
+        assert expected in modes, f"no {expected} run"
+    for r in runs:
+        if r["mode"] in ("passthrough", "streaminfer", "streaminfer-binary"):
+            assert r["records"] == (result["records"] if r["model"] == "digits" else 200), r
+            assert r["throughput_rps"] > 0
+            assert r["peak_rss_mib"] > 10
+        if r["mode"] == "streaminfer":
+            assert sum(1 for v in r["batch_rows"].values() if v > 0) > 0
+        if r["mode"] in ("open-loop", "lone"):
+            assert r["p50_ms"] > 0
+            assert r["p99_ms"] >= r["p50_ms"]
+    for plot in ("throughput.png", "latency.png"):
+        assert (out / plot).stat().st_size > 10_000
