@@ -126,7 +126,8 @@ class Settings(BaseSettings):
         "all", description="ORT graph optimisation level (all: layout and fusions; measured best on CPU)."
     )
     tensorrt: bool = Field(
-        False, description="Opt in to the TensorRT execution provider (before CUDA); engines built per length bucket."
+        False,
+        description="Opt in to the TensorRT execution provider (before CUDA): explicit profile shapes, engine cache.",
     )
     trt_engine_cache_dir: Path = Field(
         Path(".cache/trt"), description="TensorRT engine cache folder, relative to the working directory or absolute."
