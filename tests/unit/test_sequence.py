@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +56,10 @@ def test_detect_sequence_model_and_not_digits(digits_signature: ModelSignature) 
 
 
 def test_buckets() -> None:
-    assert length_buckets(32) == (8, 16, 32)
-    assert length_buckets(100) == (8, 16, 32, 64, 100)
+    assert length_buckets(32) == (8, 12, 16, 24, 32)
+    assert length_buckets(100) == (8, 12, 16, 24, 32, 48, 64, 96, 100)
+    bounds = length_buckets(512)
+    assert all(b / a <= 1.5 for a, b in itertools.pairwise(bounds))  # padding waste below a third
     assert [bucket(n, (8, 16, 32)) for n in (1, 8, 9, 16, 17, 32, 40)] == [8, 8, 16, 16, 32, 32, 32]
 
 
