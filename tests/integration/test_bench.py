@@ -42,9 +42,9 @@ def test_quick_bench_runs_every_mode(
     printed = capsys.readouterr().out.strip().splitlines()
     match = LAST_LINE.match(printed[-1])
     assert match, printed[-1]
-    assert all(float(r) > 0 for r in match.groups())
 
     result = json.loads((out / "bench.json").read_text())
+    assert all(r > 0 for r in result["ratios"].values()), result["ratios"]  # the small text model: R3 rounds to 0
     runs = result["runs"]
     modes = {(r["model"], r["mode"]) for r in runs}
     for expected in [
