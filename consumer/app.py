@@ -162,7 +162,7 @@ class StreamInferApp:
         self.metrics = metrics
         self._clock = clock
         self._wall_clock = wall_clock
-        self._limits = Limits(settings.max_record_bytes, settings.max_record_rows)
+        self._limits = Limits(settings.max_record_bytes, settings.max_record_rows, settings.max_batch_tokens)
         self._tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self._sequence = runner.signature.sequence
         self._buckets = length_buckets(self._sequence.max_length) if self._sequence is not None else ()

@@ -61,10 +61,14 @@ class Limits:
     Attributes:
         max_record_bytes: largest accepted record value, bytes.
         max_record_rows: largest accepted ``shape[0]``, rows.
+        max_record_tokens: sequence models: largest accepted rows x length, tokens (the consumer passes
+            ``max_batch_tokens``: a record is never split, so one above the batch budget would be run alone at any
+            size, and attention memory grows with rows x length^2).
     """
 
     max_record_bytes: int = 1_048_576
     max_record_rows: int = 1024
+    max_record_tokens: int = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +191,7 @@ def decode_request(
 
     if text is not None and set(by_name) == {text.input_name}:
         arrays = _tokenize(by_name[text.input_name], chunks.get(text.input_name), text, limits)
-        return _sequence_request(request_id, arrays, outputs, signature, binary_output)
+        return _sequence_request(request_id, arrays, outputs, signature, binary_output, limits)
 
     sequence = signature.sequence
     names = {s.name for s in signature.inputs}
@@ -217,7 +221,7 @@ def decode_request(
     if rows is None:  # only optional inputs were given
         raise ValidationError(R.MISSING_INPUT, f"model input {signature.inputs[0].name!r} is missing")
     if sequence is not None:
-        return _sequence_request(request_id, arrays, outputs, signature, binary_output)
+        return _sequence_request(request_id, arrays, outputs, signature, binary_output, limits)
     _check_ranges(arrays, signature)
     return DecodedRequest(id=request_id, inputs=arrays, rows=rows, outputs=outputs, binary_output=binary_output)
 
@@ -228,6 +232,7 @@ def _sequence_request(
     outputs: tuple[str, ...] | None,
     signature: ModelSignature,
     binary_output: bool,
+    limits: Limits,
 ) -> DecodedRequest:
     """Check a sequence model's token inputs agree on ``[rows, length]``, fill the optional ones, check ranges."""
     sequence = signature.sequence
@@ -244,6 +249,11 @@ def _sequence_request(
     if length > sequence.max_length:
         raise ValidationError(
             R.TOO_LARGE, f"sequence of {length} tokens; the model takes at most {sequence.max_length}"
+        )
+    if rows * length > limits.max_record_tokens:
+        raise ValidationError(
+            R.TOO_LARGE,
+            f"{rows} rows x {length} tokens = {rows * length} tokens; max_batch_tokens is {limits.max_record_tokens}",
         )
     dtypes = {s.name: s.dtype for s in signature.inputs}
     for name, fill in sequence.optional.items():

@@ -150,7 +150,8 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(
         8192,
         ge=1,
-        description="Sequence models: flush a micro-batch at this many padded tokens (rows x length bucket), tokens.",
+        description="Sequence models: flush a micro-batch at this many padded tokens (rows x length bucket); a record "
+        "above it is dead-lettered too_large, tokens.",
     )
     max_in_flight_rows: int = Field(
         4096,

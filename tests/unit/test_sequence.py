@@ -101,6 +101,12 @@ def test_token_request_errors(inputs: dict[str, np.ndarray], reason: str) -> Non
     assert reason_of(encode_request(None, inputs), text_signature()) == reason
 
 
+def test_record_above_the_token_budget_is_too_large() -> None:
+    ids = np.full((300, 30), 5, np.int64)  # 9000 tokens > 8192: it would be run alone at any size
+    assert reason_of(encode_request(None, {"input_ids": ids}), text_signature()) == "too_large"
+    assert decode_request(encode_request(None, {"input_ids": ids[:200]}), text_signature(), LIMITS).rows == 200
+
+
 @pytest.fixture
 def encoder(tmp_path: Path) -> TextEncoder:
     from tests.text_model import build
