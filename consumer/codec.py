@@ -46,6 +46,9 @@ from consumer.schema import NUMPY_TO_OIP, OIP_TO_NUMPY, ModelSignature, TensorSp
 if TYPE_CHECKING:
     from consumer.sequence import TextEncoder
 
+#: The attention mask input of a sequence model (Hugging Face name).
+MASK = "attention_mask"
+
 R = DeadLetterReason
 
 #: Header carrying the correlation ID on requests (optional) and on every result and dead letter.
@@ -105,13 +108,9 @@ def binary_header_length(headers: Iterable[tuple[str, bytes | None]]) -> int | N
     """
     for name, value in headers:
         if name.lower() == BINARY_HEADER:
-            try:
-                length = int(value or b"")
-            except ValueError:
-                raise DecodeError(R.INVALID_REQUEST, f"header {BINARY_HEADER} is not an integer: {value!r}") from None
-            if length < 0:
-                raise DecodeError(R.INVALID_REQUEST, f"header {BINARY_HEADER} is negative")
-            return length
+            if not value or not value.isdigit() or len(value) > 12:  # ASCII digits only: no sign, space or "_"
+                raise DecodeError(R.INVALID_REQUEST, f"header {BINARY_HEADER} is not a decimal length: {value!r:.40}")
+            return int(value)
     return None
 
 
@@ -259,6 +258,9 @@ def _sequence_request(
     for name, fill in sequence.optional.items():
         if name not in arrays:
             arrays[name] = np.full((rows, length), fill, dtype=dtypes[name])
+    mask = arrays.get(MASK)
+    if mask is not None and not bool(mask.any(axis=1).all()):
+        raise ValidationError(R.OUT_OF_RANGE, f"input {MASK!r}: a row attends to no token (all 0)")
     _check_ranges(arrays, signature)
     ordered = {name: arrays[name] for name in sequence.inputs}
     return DecodedRequest(request_id, ordered, rows, outputs, length=length, binary_output=binary_output)

@@ -886,6 +886,17 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
     return paths
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None (strict JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def summary_line(ratios: dict[str, float]) -> str:
     """The last line of the benchmark, in the issue's exact form."""
     return (
@@ -936,7 +947,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not DIGITS_MODEL.is_file() and not args.skip_digits:
         raise SystemExit("streaminfer-bench: digits model missing; run make model")
     result = asyncio.run(Bench(args).run())
-    (args.out / "bench.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
+    (args.out / "bench.json").write_text(json.dumps(strict_json(result), indent=2) + "\n")
     print(table(result["runs"]))
     for path in plots(result, args.out):
         print(f"wrote {path}")

@@ -67,7 +67,8 @@ async def pipeline(settings: Settings, runner: OnnxRunner, values: Sequence[byte
     started = time.perf_counter()
     loop = asyncio.create_task(app._batch_loop())
     for i, value in enumerate(values):
-        work = app._decode(Rec("t", 0, i, 0, None, value, []), offsets)
+        rec = Rec("t", 0, i, 0, None, value, [])
+        work = app._decode(rec, offsets, app._parse(rec))
         if work.request is not None:
             app._queue(app._batcher, work)
         if i % 256 == 0:
@@ -76,6 +77,7 @@ async def pipeline(settings: Settings, runner: OnnxRunner, values: Sequence[byte
     await loop
     elapsed = time.perf_counter() - started
     app._executor.shutdown()
+    app._decoder.shutdown()
     if app.answered != len(values):
         raise RuntimeError(f"pipeline answered {app.answered} of {len(values)} records")
     return len(values) / elapsed

@@ -95,6 +95,7 @@ def test_token_request_fills_optional_inputs() -> None:
         ({"input_ids": np.zeros((1, 3), np.int64), "attention_mask": np.ones((1, 2), np.int64)}, "shape_mismatch"),
         ({"attention_mask": np.ones((1, 2), np.int64)}, "missing_input"),
         ({"input_ids": np.zeros((1, 0), np.int64)}, "shape_mismatch"),
+        ({"input_ids": np.array([[2, 5, 3]]), "attention_mask": np.zeros((1, 3), np.int64)}, "out_of_range"),
     ],
 )
 def test_token_request_errors(inputs: dict[str, np.ndarray], reason: str) -> None:
@@ -185,9 +186,10 @@ def test_binary_request_errors(digits_signature: ModelSignature) -> None:
     body["inputs"][0]["parameters"]["binary_data_size"] = 255
     head = orjson.dumps(body)
     assert reason_of(head + value[n:][:255], digits_signature, json_length=len(head)) == "shape_mismatch"
-    with pytest.raises(RecordError) as info:
-        binary_header_length([("Inference-Header-Content-Length", b"12x")])
-    assert info.value.reason is DeadLetterReason.INVALID_REQUEST
+    for bad in (b"12x", b"+104", b" 104 ", b"10_4", b"-1", b""):
+        with pytest.raises(RecordError) as info:
+            binary_header_length([("Inference-Header-Content-Length", bad)])
+        assert info.value.reason is DeadLetterReason.INVALID_REQUEST
 
 
 def test_binary_data_size_needs_the_header(digits_signature: ModelSignature) -> None:
