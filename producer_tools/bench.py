@@ -52,7 +52,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -63,6 +63,9 @@ from consumer.sink import REQUEST_TIMESTAMP_HEADER
 from producer_tools.demo import free_port, wait_ready
 from producer_tools.produce import DEFAULT_HELDOUT, Outgoing, send_all
 from producer_tools.topics import ensure_topics
+
+if TYPE_CHECKING:
+    from consumer.runner import OnnxRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGITS_MODEL = ROOT / "models" / "digits" / "artifacts" / "digits.onnx"
@@ -241,6 +244,29 @@ def corpus(n: int) -> list[str]:
                         seen.add(text)
                         texts.append(text)
     return [texts[i % len(texts)] for i in range(n)]
+
+
+def sorted_batches(
+    runner: OnnxRunner, tokenizer: Path, texts: Sequence[str], size: int
+) -> tuple[list[dict[str, np.ndarray]], float]:
+    """Bare ONNX Runtime's best case for a sequence model: ``texts`` tokenized one by one, sorted by length and
+    padded per batch of ``size`` rows.
+
+    Returns:
+        (batches, mean tokens per text): each batch input name -> INT64 ``[rows, longest]``.
+    """
+    from consumer.sequence import BatchBuffers, TextEncoder
+
+    spec = runner.signature.sequence
+    assert spec is not None
+    encoder = TextEncoder(tokenizer, spec)
+    parts = sorted((encoder.encode([t]) for t in texts), key=lambda p: p["input_ids"].shape[1])
+    buffers = BatchBuffers({s.name: s.dtype for s in runner.signature.inputs}, spec.pad_values)
+    batches = []
+    for start in range(0, len(parts), size):
+        feeds, _, _ = buffers.pad(parts[start : start + size])
+        batches.append({k: v.copy() for k, v in feeds.items()})
+    return batches, float(np.mean([p["input_ids"].shape[1] for p in parts]))
 
 
 def text_backlog(tag: str, texts: Sequence[str]) -> list[Outgoing]:
@@ -424,13 +450,11 @@ def stop(child: Child) -> None:
 # ------------------------------------------------------------------------------------------------ workers
 async def worker(mode: str, args: argparse.Namespace) -> None:
     """The naive and passthrough consumers. Prints ``ready`` once joined-to-be, runs ``--seconds`` at most."""
-    import onnxruntime as ort
-
     from consumer.codec import Limits, decode_request, encode_response
-    from consumer.runner import _signature
+    from consumer.runner import OnnxRunner
 
-    session = ort.InferenceSession(str(args.model_path), providers=["CPUExecutionProvider"])
-    signature = _signature(session, args.model_path, None, None)
+    runner = OnnxRunner.load(args.model_path, execution_provider="cpu")
+    session, signature = runner.session, runner.signature
     limits = Limits()
     consumer = AIOKafkaConsumer(
         args.requests,
@@ -467,7 +491,7 @@ async def worker(mode: str, args: argparse.Namespace) -> None:
     zeros = {o.name: np.zeros((limits.max_record_rows, *(d or 1 for d in o.shape[1:])), o.dtype) for o in outputs}
     committer = asyncio.create_task(commit_behind())
     print("ready", flush=True)
-    names = [o.name for o in session.get_outputs()]
+    names = list(signature.output_names)
     first = await consumer.getmany(timeout_ms=60_000, max_records=1)  # the time box starts with the first record
     for tp, records in first.items():
         consumer.seek(tp, records[0].offset)
@@ -611,18 +635,17 @@ class Bench:
         model: Path,
         batches: Sequence[dict[str, np.ndarray]],
         setting: str,
-        level: str = "all",
+        level: Literal["disable", "basic", "extended", "all"] = "all",
         threads: int = 0,
     ) -> Run:
-        import onnxruntime as ort
         import psutil
 
-        from consumer.runner import OPTIMIZATION_LEVELS
+        from consumer.runner import OnnxRunner
 
-        options = ort.SessionOptions()
-        options.graph_optimization_level = OPTIMIZATION_LEVELS[level](ort)
-        options.intra_op_num_threads = threads
-        session = ort.InferenceSession(str(model), sess_options=options, providers=["CPUExecutionProvider"])
+        runner = OnnxRunner.load(
+            model, execution_provider="cpu", graph_optimization_level=level, intra_op_threads=threads
+        )
+        session = runner.session  # bare: session.run alone, none of the runner's checks
         for feeds in batches[:3]:
             session.run(None, feeds)
         proc = psutil.Process()
@@ -738,29 +761,22 @@ class Bench:
         if not model.is_file() or not tokenizer.is_file():
             raise SystemExit(f"streaminfer-bench: no MiniLM in {a.minilm_dir}; run python models/minilm/build.py")
         from consumer.runner import OnnxRunner
-        from consumer.sequence import BatchBuffers, TextEncoder
 
         texts = corpus(a.texts)
-        runner = OnnxRunner.load(model, execution_provider="cpu")
-        spec = runner.signature.sequence
-        assert spec is not None
-        encoder = TextEncoder(tokenizer, spec)
-        encoded = [encoder.encode([t]) for t in texts]
-        lengths = [int(e["input_ids"].shape[1]) for e in encoded]
         size = a.minilm_batch
-        order = sorted(range(len(encoded)), key=lambda i: lengths[i])
-        buffers = BatchBuffers({s.name: s.dtype for s in runner.signature.inputs}, spec.pad_values)
-        batches = []
-        for start in range(0, len(order), size):
-            feeds, _, _ = buffers.pad([encoded[i] for i in order[start : start + size]])
-            batches.append({k: v.copy() for k, v in feeds.items()})
-        del runner
+        batches, mean_tokens = sorted_batches(OnnxRunner.load(model, execution_provider="cpu"), tokenizer, texts, size)
         bare = self.bare_ort("minilm", model, batches, f"b{size} sorted")
-        bare.extra["mean_tokens"] = float(np.mean(lengths))
+        bare.extra["mean_tokens"] = mean_tokens
         self.runs.append(bare)
         # The session options streaminfer exposes, on a share of the same batches: the defaults are the best here.
         share = batches[: max(2, len(batches) // 4)]
-        for level, threads in (("all", 0), ("basic", 0), ("extended", 0), ("all", 1)):
+        options: tuple[tuple[Literal["basic", "extended", "all"], int], ...] = (
+            ("all", 0),
+            ("basic", 0),
+            ("extended", 0),
+            ("all", 1),
+        )
+        for level, threads in options:
             run = self.bare_ort("minilm", model, share, f"{level}/threads {threads or 'auto'}", level, threads)
             run.mode = "bare-ort-options"
             self.runs.append(run)

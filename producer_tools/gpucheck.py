@@ -20,10 +20,10 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
 from consumer.app import StreamInferApp, Work
@@ -33,20 +33,7 @@ from consumer.errors import ModelError
 from consumer.metrics import Metrics
 from consumer.offsets import OffsetTracker
 from consumer.runner import OnnxRunner, warmup_plan
-from consumer.sequence import BatchBuffers, TextEncoder
-
-
-@dataclass
-class Rec:
-    """A record as the consumer sees it (the fields of aiokafka's ConsumerRecord that the pipeline reads)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[tuple[str, bytes | None]]
+from producer_tools.bench import corpus, sorted_batches
 
 
 class OfflineApp(StreamInferApp):
@@ -67,7 +54,7 @@ async def pipeline(settings: Settings, runner: OnnxRunner, values: Sequence[byte
     started = time.perf_counter()
     loop = asyncio.create_task(app._batch_loop())
     for i, value in enumerate(values):
-        rec = Rec("t", 0, i, 0, None, value, [])
+        rec = ConsumerRecord("t", 0, i, 0, 0, None, value, None, 0, len(value), [])
         work = app._decode(rec, offsets, app._parse(rec))
         if work.request is not None:
             app._queue(app._batcher, work)
@@ -83,16 +70,9 @@ async def pipeline(settings: Settings, runner: OnnxRunner, values: Sequence[byte
     return len(values) / elapsed
 
 
-def bare(runner: OnnxRunner, encoder: TextEncoder, texts: Sequence[str], batch: int) -> float:
+def bare(runner: OnnxRunner, tokenizer: Path, texts: Sequence[str], batch: int) -> float:
     """Bare ONNX Runtime over the tokenized texts, sorted by length, ``batch`` rows per run; returns rows/s."""
-    spec = runner.signature.sequence
-    assert spec is not None
-    parts = sorted((encoder.encode([t]) for t in texts), key=lambda p: p["input_ids"].shape[1])
-    buffers = BatchBuffers({s.name: s.dtype for s in runner.signature.inputs}, spec.pad_values)
-    feeds = []
-    for start in range(0, len(parts), batch):
-        padded, _, _ = buffers.pad(parts[start : start + batch])
-        feeds.append({k: v.copy() for k, v in padded.items()})
+    feeds, _ = sorted_batches(runner, tokenizer, texts, batch)
     runner.run(feeds[0], feeds[0]["input_ids"].shape[0])
     started = time.perf_counter()
     for f in feeds:
@@ -124,20 +104,15 @@ def measure(
     )
     sizes, lengths = warmup_plan(runner, batch)
     runner.warmup(sizes, 1, lengths)
-    spec = runner.signature.sequence
-    assert spec is not None
-    encoder = TextEncoder(tokenizer, spec)
     settings = Settings(model_path=model, tokenizer_path=tokenizer, max_batch_size=batch, http_port=0)
     values = [encode_request(None, {"text": [t]}) for t in texts]
-    bare_rps = bare(runner, encoder, texts, batch)
+    bare_rps = bare(runner, tokenizer, texts, batch)
     pipe_rps = asyncio.run(pipeline(settings, runner, values))
     return {"provider": runner.provider, "bare_ort_rps": bare_rps, "pipeline_rps": pipe_rps}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: ``python -m producer_tools.gpucheck --model M --tokenizer T``."""
-    from producer_tools.bench import corpus
-
     p = argparse.ArgumentParser(prog="gpu-check", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--tokenizer", type=Path, required=True)
