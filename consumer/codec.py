@@ -276,6 +276,15 @@ def _check_ranges(arrays: Mapping[str, np.ndarray], signature: ModelSignature) -
             raise ValidationError(R.OUT_OF_RANGE, f"input {name!r}: values [{lo}, {hi}] outside [{low}, {high}]")
 
 
+def _check_rows(name: str, rows: int, limits: Limits) -> int:
+    """``shape[0]`` of an input: at least 1 (shape_mismatch) and at most ``max_record_rows`` (too_large)."""
+    if rows < 1:
+        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: shape[0] (rows) must be >= 1")
+    if rows > limits.max_record_rows:
+        raise ValidationError(R.TOO_LARGE, f"input {name!r}: {rows} rows; max_record_rows is {limits.max_record_rows}")
+    return rows
+
+
 def _tokenize(
     item: Mapping[str, Any], chunk: memoryview | None, text: TextEncoder, limits: Limits
 ) -> dict[str, np.ndarray]:
@@ -286,11 +295,7 @@ def _tokenize(
         raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: text must be BYTES, got {item['datatype']!r}")
     if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
         raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: text shape must be [rows] or [rows, 1], got {shape}")
-    rows = shape[0]
-    if rows < 1:
-        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: shape[0] (rows) must be >= 1")
-    if rows > limits.max_record_rows:
-        raise ValidationError(R.TOO_LARGE, f"input {name!r}: {rows} rows; max_record_rows is {limits.max_record_rows}")
+    rows = _check_rows(name, shape[0], limits)
     if chunk is not None:
         texts = _bytes_elements(name, chunk)
     else:
@@ -418,12 +423,7 @@ def _to_array(
     for axis, (got, want) in enumerate(zip(shape, spec.shape, strict=True)):
         if want is not None and got != want:
             raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: dimension {axis} is {got}, model expects {want}")
-    if shape[0] < 1:
-        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: shape[0] (rows) must be >= 1")
-    if shape[0] > limits.max_record_rows:
-        raise ValidationError(
-            R.TOO_LARGE, f"input {name!r}: {shape[0]} rows; max_record_rows is {limits.max_record_rows}"
-        )
+    _check_rows(name, shape[0], limits)
 
     if chunk is not None:
         count = math.prod(shape)
