@@ -116,7 +116,7 @@ class OnnxRunner:
         if tensorrt:
             if TENSORRT not in available:
                 raise ModelError(f"tensorrt=true: this onnxruntime offers only {available}")
-            probe = _open(ort, model, ort.SessionOptions(), [CPU])
+            probe = _signature(_open(ort, model, ort.SessionOptions(), [CPU]), path, model_name, model_version)
             providers.insert(0, (TENSORRT, _trt_options(probe, max_batch_size, trt_engine_cache_dir, fp16)))
         elif fp16 and names[0] == CUDA:
             model = _float16(path)
@@ -247,12 +247,11 @@ def _signature(session: Any, path: Path, model_name: str | None, model_version: 
     return replace(plain, sequence=detect(plain, custom), ranges=input_ranges(custom))
 
 
-def _trt_options(probe: Any, max_rows: int, cache_dir: Path | None, fp16: bool) -> dict[str, Any]:
+def _trt_options(signature: ModelSignature, max_rows: int, cache_dir: Path | None, fp16: bool) -> dict[str, Any]:
     """TensorRT provider options: engine cache, FP16, and explicit profile shapes per input (min 1 row and
     1 token, opt and max ``max_rows`` rows and the longest sequence) so engines are not rebuilt per new shape."""
-    inputs = [TensorSpec.from_ort(i.name, i.type, i.shape) for i in probe.get_inputs()]
-    meta = dict(probe.get_modelmeta().custom_metadata_map)
-    longest = int(meta.get("max_sequence_length", DEFAULT_BUCKETS[-1]))
+    inputs = signature.inputs
+    longest = signature.sequence.max_length if signature.sequence is not None else DEFAULT_BUCKETS[-1]
 
     def shapes(rows: int, tokens: int) -> str:
         return ",".join(
