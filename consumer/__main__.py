@@ -10,6 +10,7 @@ Exit codes: 0 clean stop; 1 a background task failed (the orchestrator should re
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import signal
@@ -30,6 +31,8 @@ from consumer.security import secret_values
 log = logging.getLogger("consumer")
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_MODEL, EXIT_KAFKA = 0, 1, 2, 3, 4
+#: Container allocations between two young-generation collections (CPython's default: 700).
+GC_YOUNG_THRESHOLD = 10_000
 
 
 class _JsonFormatter(logging.Formatter):
@@ -156,7 +159,19 @@ def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes) -> int
     probes.provider_ok = on_gpu or not settings.require_gpu
     probes.warm = True
     app = StreamInferApp(settings, runner, metrics)
+    settle_garbage_collector()
     return asyncio.run(serve_until_signal(app, probes))
+
+
+def settle_garbage_collector() -> None:
+    """Move everything alive after start-up (modules, the model, the settings) out of the collector's sight and
+    collect young objects less often: every record allocates a dozen containers (its parsed JSON, its work item),
+    so CPython's default (a collection every 700 allocations, a full one every 100 of those, each walking every
+    live object) costs a pipeline of small records several percent of its throughput. Reference cycles are still
+    collected, just in fewer, larger rounds."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 if __name__ == "__main__":

@@ -17,19 +17,14 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
 
-@dataclass(slots=True)
-class _Pending(Generic[T]):
-    item: T
-    rows: int
-    tokens: int
-    enqueued_at: float  # clock() seconds
+#: A queued item: (item, rows, tokens, enqueued at clock() seconds).
+_Pending = tuple[T, int, int, float]
 
 
 class _Group(Generic[T]):
@@ -94,16 +89,30 @@ class MicroBatcher(Generic[T]):
         Raises:
             RuntimeError: the batcher is closed.
         """
+        self.put_many([(item, rows, key, tokens)])
+
+    def put_many(self, entries: Iterable[tuple[T, int, Hashable, int]]) -> None:
+        """Queue several items at once (one clock reading, one wake-up): each ``(item, rows, key, tokens)``.
+
+        Raises:
+            RuntimeError: the batcher is closed.
+        """
         if self._closed:
             raise RuntimeError("MicroBatcher is closed")
-        group = self._groups.get(key)
-        if group is None:
-            group = self._groups[key] = _Group()
-        group.items.append(_Pending(item, rows, tokens, self._clock()))
-        group.rows += rows
-        group.tokens += tokens
-        self._rows += rows
-        self._wakeup.set()
+        now = self._clock()
+        groups = self._groups
+        added = 0
+        for item, rows, key, tokens in entries:
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = _Group()
+            group.items.append((item, rows, tokens, now))
+            group.rows += rows
+            group.tokens += tokens
+            added += rows
+        if added:
+            self._rows += added
+            self._wakeup.set()
 
     def discard(self, predicate: Callable[[T], bool]) -> list[T]:
         """Remove and return every pending item for which ``predicate`` is true (e.g. revoked partitions)."""
@@ -112,11 +121,12 @@ class MicroBatcher(Generic[T]):
             group = self._groups[key]
             kept: deque[_Pending[T]] = deque()
             for pending in group.items:
-                if predicate(pending.item):
-                    removed.append(pending.item)
-                    group.rows -= pending.rows
-                    group.tokens -= pending.tokens
-                    self._rows -= pending.rows
+                item, rows, tokens, _ = pending
+                if predicate(item):
+                    removed.append(item)
+                    group.rows -= rows
+                    group.tokens -= tokens
+                    self._rows -= rows
                 else:
                     kept.append(pending)
             group.items = kept
@@ -131,7 +141,7 @@ class MicroBatcher(Generic[T]):
 
     def time_to_deadline(self, now: float) -> float | None:
         """Seconds until the oldest pending item's deadline (<= 0: due now); None when nothing is pending."""
-        heads = [g.items[0].enqueued_at for g in self._groups.values() if g.items]
+        heads = [g.items[0][3] for g in self._groups.values() if g.items]
         if not heads:
             return None
         return min(heads) + self._delay_s - now
@@ -144,12 +154,12 @@ class MicroBatcher(Generic[T]):
         """
         full = [(k, g) for k, g in self._groups.items() if self._full(g.rows, g.tokens)]
         if full:
-            key = min(full, key=lambda kg: kg[1].items[0].enqueued_at)[0]
+            key = min(full, key=lambda kg: kg[1].items[0][3])[0]
             return self._take(key)
         oldest: tuple[Hashable, float] | None = None
         for k, g in self._groups.items():
-            if g.items and (oldest is None or g.items[0].enqueued_at < oldest[1]):
-                oldest = (k, g.items[0].enqueued_at)
+            if g.items and (oldest is None or g.items[0][3] < oldest[1]):
+                oldest = (k, g.items[0][3])
         if oldest is None:
             return None
         if self._closed or now >= oldest[1] + self._delay_s:
@@ -161,23 +171,24 @@ class MicroBatcher(Generic[T]):
 
     def _take(self, key: Hashable) -> list[T]:
         group = self._groups[key]
+        items = group.items
         batch: list[T] = []
         rows = tokens = 0
-        while group.items:
-            head = group.items[0]
+        max_rows, max_tokens = self._max_rows, self._max_tokens
+        while items:
+            item, item_rows, item_tokens, _ = items[0]
             if batch and (
-                rows + head.rows > self._max_rows
-                or (self._max_tokens is not None and tokens + head.tokens > self._max_tokens)
+                rows + item_rows > max_rows or (max_tokens is not None and tokens + item_tokens > max_tokens)
             ):
                 break
-            group.items.popleft()
-            batch.append(head.item)
-            rows += head.rows
-            tokens += head.tokens
+            items.popleft()
+            batch.append(item)
+            rows += item_rows
+            tokens += item_tokens
         group.rows -= rows
         group.tokens -= tokens
         self._rows -= rows
-        if not group.items:
+        if not items:
             del self._groups[key]
         return batch
 

@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     fetch_timeout_ms: int = Field(100, ge=1, description="Longest wait for records in one fetch call, ms.")
     producer_linger_ms: int = Field(1, ge=0, description="Producer linger before sending a produce request, ms.")
     producer_max_request_bytes: int = Field(1_048_576, ge=1024, description="Largest produce request, bytes.")
+    producer_batch_bytes: int = Field(
+        65_536,
+        ge=1024,
+        description="Answers appended to one producer batch per results partition until it holds this much, bytes "
+        "(a larger answer travels alone).",
+    )
     producer_request_timeout_ms: int = Field(
         30_000, ge=1_000, description="Producer wait for metadata or an acknowledgement before a write is retried, ms."
     )
@@ -86,7 +92,12 @@ class Settings(BaseSettings):
         le=900_000,  # the broker's default transaction.max.timeout.ms
         description="exactly_once: the broker aborts a transaction left open this long, ms.",
     )
-    commit_interval_ms: int = Field(200, ge=0, description="Least time between two offset commits, ms.")
+    commit_interval_ms: int = Field(
+        200,
+        ge=0,
+        description="at_least_once: least time between two offset commits. exactly_once: the transaction window "
+        "(answers become visible to read_committed readers when it commits), ms.",
+    )
     # Kafka security (TLS, SASL). Secrets are SecretStr: never printed, never logged.
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="Kafka security protocol."

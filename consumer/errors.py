@@ -12,12 +12,29 @@ Hierarchy::
         └── InferenceError            ONNX Runtime failed, or its output broke the contract, for this record
 
 ``RecordError.retriable`` is False for every reason in this set: a poison record is the same poison on the
-next try. Transport errors (the broker, the network) are aiokafka's own and are retried by the client.
+next try. Transport errors (the broker, the network) are aiokafka's own: the client retries them itself, and a
+write that still fails is retried by the publisher (:mod:`consumer.publisher`) with backoff. Two classes of them
+change what is retried:
+
+- :data:`TOO_LARGE`: the broker (or the client's own ``max_request_size`` check) refused a write as too large;
+  the same bytes never succeed, so the answer climbs the size ladder (sent alone, then shrunk);
+- :data:`BROKEN_PRODUCER`: the idempotent producer's sequence state is lost; only a new producer writes again.
+
+:class:`NotSentError` marks writes that were never attempted because an earlier one of the same round failed.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
+    RecordTooLargeError,
+    UnknownProducerId,
+)
 
 
 class DeadLetterReason(StrEnum):
@@ -108,3 +125,19 @@ class ValidationError(RecordError):
 
 class InferenceError(RecordError):
     """Inference failed for this record or broke the output contract."""
+
+
+class NotSentError(KafkaError):  # type: ignore[misc]
+    """A write that was not attempted because an earlier one of the same round failed; it is simply retried."""
+
+
+#: Producer errors that mean "this record is too large": retrying the same bytes can never succeed.
+TOO_LARGE: tuple[type[BaseException], ...] = (MessageSizeTooLargeError, RecordTooLargeError)
+#: Errors after which the idempotent producer's sequence state is broken: only a new producer can write again.
+#: A batch the broker refused as too large leaves it so too.
+BROKEN_PRODUCER: tuple[type[BaseException], ...] = (
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+    InvalidProducerEpoch,
+    *TOO_LARGE,
+)

@@ -37,6 +37,26 @@ Probe = Callable[[], tuple[bool, str]]
 """Returns (ok, reason); called from the HTTP thread."""
 
 
+class Progress:
+    """When the consumer last made progress: fetched records or committed offsets (the stall rule of /healthz).
+
+    Args:
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self.last = clock()
+
+    def mark(self) -> None:
+        """Progress now."""
+        self.last = self._clock()
+
+    def idle_s(self) -> float:
+        """Seconds since the last progress."""
+        return self._clock() - self.last
+
+
 class AppLike(Protocol):
     """What the probes read from :class:`consumer.app.StreamInferApp`."""
 

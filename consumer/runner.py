@@ -9,6 +9,7 @@ dimension is checked against the batch's rows (pattern after MLServer ``batching
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -59,6 +60,9 @@ class OnnxRunner:
         self.provider = provider
         self.device_id = device_id
         self._output_names = list(signature.output_names)
+        #: Median compute time of the largest warmup batch (the last batch size, first length), seconds; None
+        #: before :meth:`warmup`.
+        self.batch_seconds: float | None = None
 
     @classmethod
     def load(
@@ -179,8 +183,9 @@ class OnnxRunner:
         GPU) algorithm choices are ready before serving.
 
         Inputs are zeros (token ids: the pad id, attention mask 1); dynamic non-batch axes get each of
-        ``lengths``. A model that fails at a size above 1 is still served (failing batches are bisected down to
-        single records), with a warning.
+        ``lengths``. The median time of the runs at the last (largest) batch size is kept in ``batch_seconds``.
+        A model that fails at a size above 1 is still served (failing batches are bisected down to single
+        records), with a warning.
 
         Returns:
             The batch sizes at which the model failed.
@@ -199,9 +204,12 @@ class OnnxRunner:
                     )
                     for s in self.signature.inputs
                 }
+                times = []
                 try:
                     for _ in range(runs):
+                        started = time.perf_counter()
                         self.run(feeds, rows)
+                        times.append(time.perf_counter() - started)
                 except InferenceError as exc:
                     if rows == 1:
                         raise
@@ -213,6 +221,8 @@ class OnnxRunner:
                         exc,
                     )
                     break
+                if times and length == lengths[0]:
+                    self.batch_seconds = float(np.median(times))
         return failing
 
 

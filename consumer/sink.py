@@ -25,22 +25,18 @@ When that record would exceed the producer's max request size, a *reduced* dead 
 value (header ``streaminfer.error.original_value_bytes`` gives its size) and header values cut to 1024 bytes, so
 a poison record can never block its partition.
 
-Produces go through one idempotent producer with ``acks=all`` (configured by the app).
+Records are only built here; :mod:`consumer.publisher` appends them to producer batches.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-from typing import Any, Protocol
-
-from aiokafka import AIOKafkaProducer
-
-from consumer.codec import BINARY_HEADER, CORRELATION_HEADER
-from consumer.config import Settings
-from consumer.errors import DeadLetterReason
+from consumer.errors import DeadLetterReason, RecordError
+from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
+from consumer.work import RecordLike, Work
 
 Headers = list[tuple[str, bytes | None]]
+#: What is appended to a producer batch: (topic, key, value, headers).
+AnswerRecord = tuple[str, bytes | None, bytes | None, Headers]
 
 REASON_HEADER = "streaminfer.error.reason"
 MESSAGE_HEADER = "__connect.errors.exception.message"
@@ -60,90 +56,34 @@ MAX_MESSAGE_CHARS = 1000
 MAX_REDUCED_HEADER_BYTES = 1024
 
 
-class RecordLike(Protocol):
-    """The fields of aiokafka's ``ConsumerRecord`` used here."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[tuple[str, bytes | None]]
-
-
-class ProducerLike(Protocol):
-    """The part of ``AIOKafkaProducer`` used here."""
-
-    async def send(
-        self, topic: str, value: bytes | None = None, key: bytes | None = None, headers: Headers | None = None
-    ) -> asyncio.Future[Any]: ...
-
-
-async def open_sink(settings: Settings, security: dict[str, Any], client_id: str, **options: Any) -> Sink:
-    """Start an idempotent ``acks=all`` producer with the settings' limits and return its sink.
+class AnswerRecords:
+    """Builds the result or dead-letter record of a :class:`~consumer.work.Work`.
 
     Args:
-        settings: topics, group and producer settings.
-        security: aiokafka TLS/SASL keyword arguments.
-        client_id: the producer's client id.
-        options: further AIOKafkaProducer arguments (``transactional_id``, ``transaction_timeout_ms``).
-
-    Raises:
-        aiokafka.errors.KafkaError: the broker cannot be reached.
-    """
-    producer = AIOKafkaProducer(
-        **security,
-        **options,
-        bootstrap_servers=settings.bootstrap_servers,
-        client_id=client_id,
-        acks="all",
-        enable_idempotence=True,
-        linger_ms=settings.producer_linger_ms,
-        max_request_size=settings.producer_max_request_bytes,
-        request_timeout_ms=settings.producer_request_timeout_ms,
-    )
-    try:
-        await producer.start()
-    except BaseException:
-        await producer.stop()  # a failed start leaves open connections behind
-        raise
-    return Sink(
-        producer,
-        results_topic=settings.results_topic,
-        dead_letter_topic=settings.dead_letter_topic,
-        group_id=settings.group_id,
-    )
-
-
-class Sink:
-    """Writes results and dead letters.
-
-    Args:
-        producer: a started aiokafka producer (acks=all, idempotent).
         results_topic: topic for responses.
         dead_letter_topic: topic for dead letters.
         group_id: consumer group, written into dead letters.
     """
 
-    def __init__(self, producer: ProducerLike, *, results_topic: str, dead_letter_topic: str, group_id: str) -> None:
-        self._producer = producer
-        self.producer: Any = producer  # the client itself, for transactions and closing
+    def __init__(self, *, results_topic: str, dead_letter_topic: str, group_id: str) -> None:
         self.results_topic = results_topic
         self.dead_letter_topic = dead_letter_topic
         self._group = group_id.encode()
 
-    async def send_result(
+    def of(self, work: Work) -> AnswerRecord:
+        """The record answering ``work``: its result, or else its dead letter (reduced when ``work.reduced``)."""
+        if work.error is None and work.result is not None:
+            return self.result(work.record, work.correlation_id, work.result, work.result_json_length)
+        error = work.error or RecordError(DeadLetterReason.INFERENCE_ERROR, "no result was produced")
+        return self.dead_letter(work.record, work.correlation_id, error, reduced=work.reduced)
+
+    def result(
         self, record: RecordLike, correlation_id: bytes, value: bytes, json_length: int | None = None
-    ) -> asyncio.Future[Any]:
-        """Queue the response for ``record``; the returned future resolves when the broker acknowledged it.
+    ) -> AnswerRecord:
+        """The response record for ``record``.
 
         Args:
             json_length: a binary data extension response: the JSON part's length, bytes; None for JSON.
-
-        Raises:
-            aiokafka.errors.MessageSizeTooLargeError: ``value`` exceeds the producer's max request size.
-            aiokafka.errors.KafkaError: the producer cannot accept the record.
         """
         headers: Headers = [
             (CORRELATION_HEADER, correlation_id),
@@ -152,27 +92,17 @@ class Sink:
         ]
         if json_length is not None:
             headers.append((BINARY_HEADER, str(json_length).encode()))
-        return await self._producer.send(self.results_topic, value=value, key=record.key, headers=headers)
+        return self.results_topic, record.key, value, headers
 
-    async def send_dead_letter(
-        self,
-        record: RecordLike,
-        correlation_id: bytes,
-        reason: DeadLetterReason,
-        error: BaseException,
-        *,
-        reduced: bool = False,
-    ) -> asyncio.Future[Any]:
-        """Queue ``record`` unchanged, plus the error headers, on the dead-letter topic.
+    def dead_letter(
+        self, record: RecordLike, correlation_id: bytes, error: RecordError, *, reduced: bool = False
+    ) -> AnswerRecord:
+        """``record`` unchanged, plus the error headers, for the dead-letter topic.
 
         Args:
-            reduced: write a dead letter that always fits: no value (its size goes to header
+            reduced: a dead letter that always fits: no value (its size goes to header
                 ``streaminfer.error.original_value_bytes``) and every header value cut to 1024 bytes. Used when
                 the full dead letter is larger than the producer's max request size.
-
-        Raises:
-            aiokafka.errors.MessageSizeTooLargeError: the full dead letter is too large (retry with ``reduced``).
-            aiokafka.errors.KafkaError: the producer cannot accept the record.
         """
         message = str(error)[:MAX_MESSAGE_CHARS]
         cls = type(error)
@@ -187,7 +117,7 @@ class Sink:
             value = None
         headers += [
             (CORRELATION_HEADER, correlation_id),
-            (REASON_HEADER, reason.value.encode()),
+            (REASON_HEADER, error.reason.value.encode()),
             (MESSAGE_HEADER, message.encode("utf-8", "backslashreplace")),
             (CLASS_HEADER, f"{cls.__module__}.{cls.__qualname__}".encode()),
             (TOPIC_HEADER, record.topic.encode()),
@@ -198,4 +128,4 @@ class Sink:
         ]
         if value is None and record.key is None:
             value = b""  # Kafka clients need a key or a value; an empty value stands for "none"
-        return await self._producer.send(self.dead_letter_topic, value=value, key=record.key, headers=headers)
+        return self.dead_letter_topic, record.key, value, headers

@@ -1,8 +1,9 @@
 """Exactly-once delivery: one transactional producer per assigned input partition.
 
-For each fetched chunk of a partition, the answers (results and dead letters) and the partition's next offset are
-written in one Kafka transaction (``send_offsets_to_transaction``); a reader with ``isolation.level=read_committed``
-sees each answer exactly once, and a crash before the commit leaves nothing visible and nothing committed.
+For each transaction window of a partition (``commit_interval_ms``), the answers (results and dead letters) and
+the partition's next offset are written in one Kafka transaction (``send_offsets_to_transaction``); a reader with
+``isolation.level=read_committed`` sees each answer exactly once, and a crash before the commit leaves nothing
+visible and nothing committed.
 
 Zombie fencing follows Kafka Streams' original exactly-once design (EOS v1): the transactional.id is derived from
 the input partition, ``<transactional_id_prefix>-<group_id>-<topic>-<partition>``. Whoever owns the partition next
@@ -16,12 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
+from consumer.clients import Clients, ProducerClient
 from consumer.config import Settings
-from consumer.sink import Sink, open_sink
 
 log = logging.getLogger(__name__)
 
@@ -35,66 +35,56 @@ def transactional_id(settings: Settings, tp: TopicPartition) -> str:
 
 
 class PartitionTransactions:
-    """Transactional producers (and their sinks) keyed by input partition.
+    """Transactional producers keyed by input partition.
 
     Args:
-        settings: the consumer settings (topics, group, producer limits, transaction timeout).
-        security: aiokafka security keyword arguments.
+        settings: the consumer settings (client id, group, transaction timeout).
+        clients: opens the producers.
     """
 
-    def __init__(self, settings: Settings, security: dict[str, Any]) -> None:
+    def __init__(self, settings: Settings, clients: Clients) -> None:
         self._settings = settings
-        self._security = security
-        self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
-        self._sinks: dict[TopicPartition, Sink] = {}
+        self._clients = clients
+        self._producers: dict[TopicPartition, ProducerClient] = {}
         # One producer per transactional.id in this process: a second one would fence the first.
         self._opening = asyncio.Lock()
 
-    async def open(self, tp: TopicPartition) -> None:
-        """Start ``tp``'s producer; this fences any other producer with its transactional.id.
+    async def open(self, tp: TopicPartition) -> ProducerClient:
+        """``tp``'s producer, started if it is not yet; starting fences any other producer with its
+        transactional.id.
 
         Raises:
             aiokafka.errors.KafkaError: the transaction coordinator cannot be reached.
         """
         async with self._opening:
-            if tp not in self._producers:
-                await self._start(tp)
+            producer = self._producers.get(tp)
+            if producer is None:
+                s = self._settings
+                producer = self._producers[tp] = await self._clients.producer(
+                    f"{s.client_id}-txn-{tp.partition}",
+                    transactional_id=transactional_id(s, tp),
+                    transaction_timeout_ms=s.transaction_timeout_ms,
+                )
+                log.info("transactional producer for %s started (%s)", tp, transactional_id(s, tp))
+            return producer
 
-    async def _start(self, tp: TopicPartition) -> None:
-        s = self._settings
-        sink = await open_sink(
-            s,
-            self._security,
-            f"{s.client_id}-txn-{tp.partition}",
-            transactional_id=transactional_id(s, tp),
-            transaction_timeout_ms=s.transaction_timeout_ms,
-        )
-        self._producers[tp] = sink.producer
-        self._sinks[tp] = sink
-        log.info("transactional producer for %s started (%s)", tp, transactional_id(s, tp))
-
-    def producer(self, tp: TopicPartition) -> AIOKafkaProducer:
+    def producer(self, tp: TopicPartition) -> ProducerClient:
         """``tp``'s producer (KeyError when it is not open)."""
         return self._producers[tp]
-
-    def sink(self, tp: TopicPartition) -> Sink:
-        """``tp``'s sink, writing through its transactional producer."""
-        return self._sinks[tp]
 
     async def close(self, tp: TopicPartition) -> None:
         """Stop ``tp``'s producer (an open transaction is aborted by the next owner or the timeout)."""
         producer = self._producers.pop(tp, None)
-        self._sinks.pop(tp, None)
         if producer is not None:
             try:
                 await asyncio.wait_for(producer.stop(), timeout=CLOSE_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 (closing a fenced or disconnected producer may fail)
                 log.warning("closing the transactional producer of %s: %r", tp, exc)
 
-    async def reopen(self, tp: TopicPartition) -> None:
+    async def reopen(self, tp: TopicPartition) -> ProducerClient:
         """Close and open again, aborting whatever transaction the old instance left."""
         await self.close(tp)
-        await self.open(tp)
+        return await self.open(tp)
 
     async def close_all(self) -> None:
         """Stop every producer."""

@@ -58,7 +58,8 @@ import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from tqdm import tqdm
 
-from consumer.codec import BINARY_HEADER, CORRELATION_HEADER, encode_request, encode_request_binary
+from consumer.oip.client import encode_request, encode_request_binary
+from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
 from consumer.sink import REQUEST_TIMESTAMP_HEADER
 from producer_tools.demo import free_port, wait_ready
 from producer_tools.produce import DEFAULT_HELDOUT, Outgoing, send_all
@@ -450,7 +451,8 @@ def stop(child: Child) -> None:
 # ------------------------------------------------------------------------------------------------ workers
 async def worker(mode: str, args: argparse.Namespace) -> None:
     """The naive and passthrough consumers. Prints ``ready`` once joined-to-be, runs ``--seconds`` at most."""
-    from consumer.codec import Limits, decode_request, encode_response
+    from consumer.oip.decode import Limits, decode_request
+    from consumer.oip.encode import encode_response
     from consumer.runner import OnnxRunner
 
     runner = OnnxRunner.load(args.model_path, execution_provider="cpu")
@@ -673,7 +675,8 @@ class Bench:
     # -- decode cost, JSON against the binary data extension
     def decode_costs(self) -> None:
         """Records/s of ``decode_request`` alone for digits requests of 1 and 64 rows, JSON and binary."""
-        from consumer.codec import Limits, binary_header_length, decode_request
+        from consumer.oip.decode import Limits, decode_request
+        from consumer.oip.wire import binary_header_length
         from consumer.runner import OnnxRunner
 
         signature = OnnxRunner.load(DIGITS_MODEL, execution_provider="cpu").signature

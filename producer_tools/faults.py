@@ -56,8 +56,9 @@ import numpy as np
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumer.codec import CORRELATION_HEADER, encode_request
 from consumer.errors import DeadLetterReason
+from consumer.oip.client import encode_request
+from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.poison import catalogue
 from producer_tools.produce import DEFAULT_HELDOUT, Headers, Outgoing, send_all
 from producer_tools.results import Report, collect

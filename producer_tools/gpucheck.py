@@ -1,11 +1,11 @@
 """``scripts/gpu-check``'s measurement: MiniLM through bare ONNX Runtime and through streaminfer's pipeline, per
 execution provider, without a broker (a GPU machine here reaches nothing, Kafka included).
 
-The pipeline is the consumer's own code path from record value to encoded result: :class:`StreamInferApp`'s
-decode (tokenizing the text), length bucketing, micro-batching, padding into the pipeline's buffers, ONNX Runtime
-in its thread (IO binding on CUDA) and response encoding; only the Kafka fetch and produce are left out (records
-come from memory, results are counted). Bare ONNX Runtime runs the same texts, tokenized beforehand, sorted by
-length and padded per batch of ``--batch`` rows (its best case). Prints one line per run and::
+The pipeline is the consumer's own code path from record value to encoded result, through its public stages:
+the intake's decode (tokenizing the text), length bucketing, micro-batching, padding into the pipeline's buffers,
+ONNX Runtime in its thread (IO binding on CUDA) and response encoding; only the Kafka fetch and produce are left
+out (records come from memory, results are counted). Bare ONNX Runtime runs the same texts, tokenized beforehand,
+sorted by length and padded per batch of ``--batch`` rows (its best case). Prints one line per run and::
 
     gpu-check: provider=CUDAExecutionProvider pipeline_vs_bare_ort=R cuda_vs_cpu=S
 
@@ -19,54 +19,94 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
-from consumer.app import StreamInferApp, Work
-from consumer.codec import encode_request
+from consumer.batcher import MicroBatcher
 from consumer.config import Settings
+from consumer.delivery.at_least_once import PIPELINE_DEPTH
 from consumer.errors import ModelError
+from consumer.inference import BatchRunner
+from consumer.intake import Intake
 from consumer.metrics import Metrics
 from consumer.offsets import OffsetTracker
+from consumer.oip.client import encode_request
+from consumer.oip.decode import Limits
 from consumer.runner import OnnxRunner, warmup_plan
+from consumer.sequence import BatchBuffers, TextEncoder
+from consumer.work import Work
 from producer_tools.bench import corpus, sorted_batches
 
-
-class OfflineApp(StreamInferApp):
-    """The consumer with its Kafka ends cut off: results are counted instead of produced."""
-
-    answered = 0
-
-    def _spawn_publish(self, items: list[Work]) -> None:
-        self.answered += len(items)
+#: Records decoded at once, as one fetched chunk.
+CHUNK = 256
 
 
 async def pipeline(settings: Settings, runner: OnnxRunner, values: Sequence[bytes]) -> float:
-    """Push ``values`` through the consumer's decode -> batch -> infer -> encode path; returns records/s."""
-    app = OfflineApp(settings, runner, Metrics(CollectorRegistry()))
-    app._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streaminfer-ort")
-    tracker: OffsetTracker[str] = OffsetTracker()
-    offsets = tracker.partition("p0")
+    """Push ``values`` through the consumer's intake -> micro-batcher -> inference stages (decode and tokenize,
+    length buckets, padding into the pipeline slots' buffers, ORT in its thread, response encoding), with
+    PIPELINE_DEPTH batches in flight as in at_least_once; returns records/s."""
+    clock = time.monotonic
+    metrics = Metrics(CollectorRegistry())
+    signature = runner.signature
+    text = None
+    if settings.tokenizer_path is not None and signature.sequence is not None:
+        text = TextEncoder(settings.tokenizer_path, signature.sequence, settings.text_input_name)
+    limits = Limits(settings.max_record_bytes, settings.max_record_rows, settings.max_batch_tokens)
+    intake = Intake(signature, limits, text, metrics, clock)
+    inference = BatchRunner(runner, metrics, clock)
+    tokens = settings.max_batch_tokens if signature.sequence is not None else None
+    batcher: MicroBatcher[Work] = MicroBatcher(
+        settings.max_batch_size, settings.max_batch_delay_ms, clock, max_batch_tokens=tokens
+    )
+    slots: asyncio.Queue[BatchBuffers] = asyncio.Queue()
+    for _ in range(PIPELINE_DEPTH):
+        slots.put_nowait(inference.buffers())
+    answered = 0
+    running: list[asyncio.Task[None]] = []
+
+    async def run(batch: list[Work], buffers: BatchBuffers) -> None:
+        nonlocal answered
+        try:
+            await inference.run(batch, buffers)
+        finally:
+            slots.put_nowait(buffers)
+        answered += len(batch)
+
+    async def batches() -> None:
+        while (batch := await batcher.next_batch()) is not None:
+            running.append(asyncio.create_task(run(batch, await slots.get())))
+        await asyncio.gather(*running)
+
+    inference.start()
+    tracker: OffsetTracker[TopicPartition] = OffsetTracker()
+    tp = TopicPartition("gpu-check", 0)
     started = time.perf_counter()
-    loop = asyncio.create_task(app._batch_loop())
-    for i, value in enumerate(values):
-        rec = ConsumerRecord("t", 0, i, 0, 0, None, value, None, 0, len(value), [])
-        work = app._decode(rec, offsets, app._parse(rec))
-        if work.request is not None:
-            app._queue(app._batcher, work)
-        if i % 256 == 0:
-            await asyncio.sleep(0)  # let batches start while records still arrive, as a fetch loop would
-    app._batcher.close()
+    loop = asyncio.create_task(batches())
+    for first in range(0, len(values), CHUNK):
+        records = [
+            ConsumerRecord(tp.topic, 0, i, 0, 0, None, v, None, 0, len(v), [])
+            for i, v in enumerate(values[first : first + CHUNK], start=first)
+        ]
+        entries = []
+        for work in await intake.decode({tp: records}, tracker):
+            if work.request is None:
+                answered += 1
+                continue
+            key, cost = inference.group(work.request)
+            entries.append((work, work.rows, key, cost))
+        batcher.put_many(entries)
+        await asyncio.sleep(0)  # let batches start while records still arrive, as the fetch task would
+    batcher.close()
     await loop
     elapsed = time.perf_counter() - started
-    app._executor.shutdown()
-    app._decoder.shutdown()
-    if app.answered != len(values):
-        raise RuntimeError(f"pipeline answered {app.answered} of {len(values)} records")
+    inference.close()
+    intake.close()
+    if answered != len(values):
+        raise RuntimeError(f"pipeline answered {answered} of {len(values)} records")
     return len(values) / elapsed
 
 

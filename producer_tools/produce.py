@@ -28,7 +28,8 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from tqdm import tqdm
 
-from consumer.codec import CORRELATION_HEADER, encode_request
+from consumer.oip.client import encode_request
+from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.poison import catalogue
 
 DEFAULT_HELDOUT = Path(__file__).resolve().parent.parent / "models" / "digits" / "artifacts" / "heldout.npz"

@@ -25,7 +25,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 from tqdm import tqdm
 
-from consumer.codec import BINARY_HEADER, CORRELATION_HEADER, decode_response
+from consumer.oip.client import decode_response
+from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
 from consumer.sink import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
 
 

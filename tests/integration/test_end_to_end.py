@@ -10,7 +10,8 @@ import onnxruntime as ort
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from consumer.codec import CORRELATION_HEADER, encode_request
+from consumer.oip.client import encode_request
+from consumer.oip.wire import CORRELATION_HEADER
 from consumer.sink import (
     CLASS_HEADER,
     GROUP_HEADER,

@@ -9,6 +9,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from consumer.clients import KafkaClients
 from consumer.transactions import PartitionTransactions
 from producer_tools.produce import digits_requests, interleave, poison_requests, send_all
 from tests.integration.conftest import MODEL_PLACEHOLDER, AppFactory, answers, settings_for
@@ -48,7 +49,8 @@ async def test_zombie_is_fenced_by_the_partitions_next_owner(kafka_bootstrap: st
     read_committed reader never sees what it wrote."""
     settings = settings_for(kafka_bootstrap, topics, MODEL_PLACEHOLDER, delivery="exactly_once")
     tp = TopicPartition(topics["requests"], 0)
-    zombie, owner = PartitionTransactions(settings, {}), PartitionTransactions(settings, {})
+    clients = KafkaClients(settings, {})
+    zombie, owner = PartitionTransactions(settings, clients), PartitionTransactions(settings, clients)
     await zombie.open(tp)
     try:
         old = zombie.producer(tp)

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from consumer.codec import encode_request
+from consumer.oip.client import encode_request
 from producer_tools.produce import Outgoing, digits_requests, send_all
 from tests.integration.conftest import AppFactory, answers
 

@@ -11,7 +11,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from consumer.__main__ import EXIT_KAFKA, main
-from consumer.codec import CORRELATION_HEADER, encode_request
+from consumer.oip.client import encode_request
+from consumer.oip.wire import CORRELATION_HEADER
 from consumer.sink import REASON_HEADER, VALUE_DROPPED_HEADER
 from producer_tools.produce import Outgoing, digits_requests
 from producer_tools.topics import ensure_topics

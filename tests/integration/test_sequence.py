@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from consumer.codec import BINARY_HEADER, encode_request, encode_request_binary
 from consumer.config import Settings
+from consumer.oip.client import encode_request, encode_request_binary
+from consumer.oip.wire import BINARY_HEADER
 from consumer.runner import OnnxRunner
 from consumer.sequence import BatchBuffers, TextEncoder
 from producer_tools.produce import Outgoing, send_all

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from consumer.schema import ModelSignature, TensorSpec
+from tests.unit.fakes import FakeClock
+
+__all__ = ["FakeClock"]
 
 
 def _forbidden(what: str) -> Callable[..., None]:
@@ -39,19 +42,6 @@ def digits_signature() -> ModelSignature:
             TensorSpec("probabilities", np.dtype(np.float32), (None, 10)),
         ),
     )
-
-
-class FakeClock:
-    """A monotonic clock that moves only when told to (seconds)."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance_ms(self, ms: float) -> None:
-        self.now += ms / 1000.0
 
 
 @pytest.fixture

@@ -6,17 +6,12 @@ import numpy as np
 import orjson
 import pytest
 
-from consumer.codec import (
-    DecodedRequest,
-    Limits,
-    correlation_id,
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
-)
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import RecordError
+from consumer.oip.client import decode_response, encode_request
+from consumer.oip.decode import DecodedRequest, Limits, decode_request
+from consumer.oip.encode import encode_response
+from consumer.oip.wire import correlation_id
 from consumer.schema import ModelSignature, TensorSpec
 from producer_tools.poison import catalogue
 

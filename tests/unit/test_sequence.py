@@ -10,18 +10,11 @@ import orjson
 import pytest
 
 from consumer.batcher import MicroBatcher
-from consumer.codec import (
-    BINARY_HEADER,
-    Limits,
-    binary_header_length,
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_request_binary,
-    encode_response,
-    encode_response_binary,
-)
 from consumer.errors import DeadLetterReason, RecordError
+from consumer.oip.client import decode_response, encode_request, encode_request_binary
+from consumer.oip.decode import Limits, decode_request
+from consumer.oip.encode import encode_response, encode_response_binary
+from consumer.oip.wire import BINARY_HEADER, binary_header_length
 from consumer.schema import ModelSignature, TensorSpec
 from consumer.sequence import BatchBuffers, TextEncoder, bucket, detect, input_ranges, length_buckets
 

@@ -1,4 +1,4 @@
-"""Bytes <-> tensors: decode and validate Open Inference Protocol requests, encode responses.
+"""Request value -> validated tensors, one record (:func:`decode_request`) or a fetched chunk (:func:`decode_chunk`).
 
 Request value (JSON, KServe V2 / Open Inference Protocol "inference request")::
 
@@ -6,55 +6,57 @@ Request value (JSON, KServe V2 / Open Inference Protocol "inference request")::
      "inputs": [{"name": "input", "shape": [2, 64], "datatype": "FP32",
                  "data": [...128 numbers, flat row-major, or nested [[...64], [...64]]]}],
      "outputs": [{"name": "probabilities"}],        # optional: only these outputs are returned
-     "parameters": {...}}                           # optional, ignored
+     "parameters": {...}}                           # optional, ignored but for binary_data_output
 
 Every input's ``shape[0]`` is its number of rows (>= 1) and must agree across inputs; batching counts rows.
 
-Binary tensor data (the OIP/KServe V2 binary data extension, as Triton implements it over HTTP): when the record
-carries header ``inference-header-content-length: N`` (decimal text, any case), the first N bytes of the value are
-the JSON request and the rest is raw tensor data; an input with ``"parameters": {"binary_data_size": K}`` and no
-``data`` takes the next K bytes, in input order: little-endian, row-major, ``prod(shape) * itemsize`` bytes (BYTES
-elements each a 4-byte little-endian length then the bytes). A request with ``"parameters":
-{"binary_data_output": true}`` gets its response in the same form (header on the result record).
+Binary tensor data (:mod:`consumer.oip.wire`): an input with ``"parameters": {"binary_data_size": K}`` and no
+``data`` takes the next K bytes after the JSON part: ``prod(shape) * itemsize`` bytes, little-endian, row-major
+(BYTES elements each a 4-byte little-endian length then the bytes). A request with ``"parameters":
+{"binary_data_output": true}`` gets its response in the same form.
 
 Sequence models (:mod:`consumer.sequence`) take ``[rows, length]`` token ids, ``attention_mask`` and
 ``token_type_ids`` optional; with a tokenizer configured they also take text: one BYTES input (``text`` by
 default) of shape ``[rows]``, one UTF-8 string per row.
 
-Response value (JSON, OIP "inference response")::
-
-    {"id": "abc", "model_name": "digits", "model_version": "1",
-     "outputs": [{"name": "label", "shape": [2], "datatype": "INT64", "data": [7, 3]}, ...]}
-
-Validation is strict and happens before anything reaches ONNX Runtime; every failure raises a
+Validation is strict and happens before anything reaches ONNX Runtime; every failure is a
 :class:`~consumer.errors.RecordError` whose reason is one of :class:`~consumer.errors.DeadLetterReason`.
+:func:`decode_chunk` gives exactly what :func:`decode_request` gives record by record, faster: records that declare
+the same inputs are parsed into one array and checked together, and only a group that fails is decoded again
+record by record, to name the culprit with the same reason and message.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
-from consumer.errors import DeadLetterReason, DecodeError, ValidationError
-from consumer.schema import NUMPY_TO_OIP, OIP_TO_NUMPY, ModelSignature, TensorSpec
+from consumer.errors import DeadLetterReason as R
+from consumer.errors import DecodeError, RecordError, ValidationError
+from consumer.oip.validate import (
+    check_declaration,
+    check_ranges,
+    check_rows,
+    check_values,
+    holds_boolean,
+    oip_name,
+)
+from consumer.oip.wire import BINARY_HEADER, Headers, binary_header_length
+from consumer.schema import ModelSignature, TensorSpec
 
 if TYPE_CHECKING:
     from consumer.sequence import TextEncoder
 
 #: The attention mask input of a sequence model (Hugging Face name).
 MASK = "attention_mask"
-
-R = DeadLetterReason
-
-#: Header carrying the correlation ID on requests (optional) and on every result and dead letter.
-CORRELATION_HEADER = "correlation_id"
-#: Header of a binary-extension record: the JSON part's length, bytes (the HTTP header name of OIP, lower case).
-BINARY_HEADER = "inference-header-content-length"
+#: Integers above this are not exact in float64: a chunk holding them is decoded record by record (a float32
+#: input then gets each record's own int64 -> float32 cast, never float64 -> float32).
+_EXACT_IN_FLOAT64 = 2**53
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,9 @@ class Limits:
     max_record_tokens: int = 8192
 
 
-@dataclass(frozen=True, slots=True)
+ShapeKey = tuple[tuple[str, tuple[int, ...]], ...]
+
+
 class DecodedRequest:
     """A validated request, ready to batch.
 
@@ -85,33 +89,53 @@ class DecodedRequest:
         outputs: requested output names, or None for all outputs.
         length: sequence models: the request's token length (axis 1); 0 otherwise.
         binary_output: answer in the binary data extension (``parameters.binary_data_output``).
+        block: decoded by :func:`decode_chunk`: the arrays of every record of the chunk that declared the same
+            inputs, rows one after another (``inputs`` are then views of them, made on first use); None otherwise.
+        start: the first row of this request in ``block``.
     """
 
-    id: str | None
-    inputs: dict[str, np.ndarray]
-    rows: int
-    outputs: tuple[str, ...] | None
-    length: int = 0
-    binary_output: bool = False
+    __slots__ = ("_inputs", "_shape_key", "binary_output", "block", "id", "length", "outputs", "rows", "start")
+
+    def __init__(
+        self,
+        id: str | None,
+        inputs: dict[str, np.ndarray] | None,
+        rows: int,
+        outputs: tuple[str, ...] | None,
+        length: int = 0,
+        binary_output: bool = False,
+        block: Mapping[str, np.ndarray] | None = None,
+        start: int = 0,
+        shape_key: ShapeKey | None = None,
+    ) -> None:
+        self.id = id
+        self._inputs = inputs
+        self.rows = rows
+        self.outputs = outputs
+        self.length = length
+        self.binary_output = binary_output
+        self.block = block
+        self.start = start
+        self._shape_key = shape_key
 
     @property
-    def shape_key(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    def inputs(self) -> dict[str, np.ndarray]:
+        """Model input name -> array ``[rows, ...]`` of the model's dtype."""
+        if self._inputs is None:
+            assert self.block is not None
+            start, end = self.start, self.start + self.rows
+            self._inputs = {name: arr[start:end] for name, arr in self.block.items()}
+        return self._inputs
+
+    @property
+    def shape_key(self) -> ShapeKey:
         """Non-batch shape of every input: requests are only stacked with requests of the same key."""
-        return tuple((name, arr.shape[1:]) for name, arr in sorted(self.inputs.items()))
+        if self._shape_key is None:
+            self._shape_key = tuple((name, arr.shape[1:]) for name, arr in sorted(self.inputs.items()))
+        return self._shape_key
 
-
-def binary_header_length(headers: Iterable[tuple[str, bytes | None]]) -> int | None:
-    """The ``inference-header-content-length`` header's value (JSON part of a binary-extension record), or None.
-
-    Raises:
-        DecodeError: invalid_request: the header is not a non-negative decimal integer.
-    """
-    for name, value in headers:
-        if name.lower() == BINARY_HEADER:
-            if not value or not value.isdigit() or len(value) > 12:  # ASCII digits only: no sign, space or "_"
-                raise DecodeError(R.INVALID_REQUEST, f"header {BINARY_HEADER} is not a decimal length: {value!r:.40}")
-            return int(value)
-    return None
+    def __repr__(self) -> str:
+        return f"DecodedRequest(id={self.id!r}, rows={self.rows}, shape_key={self.shape_key})"
 
 
 def decode_request(
@@ -129,7 +153,7 @@ def decode_request(
         signature: the model's inputs and outputs.
         limits: size limits.
         json_length: binary data extension: the JSON part's length in bytes (from
-            :func:`binary_header_length`); None for a plain JSON value.
+            :func:`~consumer.oip.wire.binary_header_length`); None for a plain JSON value.
         text: tokenizer for text requests of a sequence model, or None when text is not served.
 
     Returns:
@@ -166,7 +190,7 @@ def decode_request(
     if parameters is not None and not isinstance(parameters, dict):
         raise DecodeError(R.INVALID_REQUEST, "'parameters' must be an object")
     binary_output = bool(parameters and parameters.get("binary_data_output") is True)
-    outputs = _requested_outputs(body.get("outputs"), signature)
+    outputs = requested_outputs(body.get("outputs"), signature)
 
     raw_inputs = body.get("inputs")
     if not isinstance(raw_inputs, list):
@@ -221,8 +245,202 @@ def decode_request(
         raise ValidationError(R.MISSING_INPUT, f"model input {signature.inputs[0].name!r} is missing")
     if sequence is not None:
         return _sequence_request(request_id, arrays, outputs, signature, binary_output, limits)
-    _check_ranges(arrays, signature)
+    check_ranges(arrays, signature)
     return DecodedRequest(id=request_id, inputs=arrays, rows=rows, outputs=outputs, binary_output=binary_output)
+
+
+def decode_one(
+    value: bytes | None,
+    headers: Headers,
+    signature: ModelSignature,
+    limits: Limits,
+    text: TextEncoder | None = None,
+) -> DecodedRequest | RecordError:
+    """:func:`decode_request` of one record with its headers (binary extension length); the error is returned,
+    not raised."""
+    try:
+        return decode_request(value, signature, limits, json_length=binary_header_length(headers), text=text)
+    except RecordError as err:
+        return err
+
+
+#: (datatype, shape) of every model input, in the model's input order: the records of one group stack.
+_GroupKey = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+#: A record that parsed as a well-formed plain JSON request, its values not yet checked: (index in the chunk,
+#: request id, requested outputs, binary_data_output, each model input's ``data`` in input order).
+_Parsed = tuple[int, str | None, tuple[str, ...] | None, bool, list[list[Any]]]
+
+
+def decode_chunk(
+    values: Sequence[bytes | None],
+    headers: Sequence[Headers],
+    signature: ModelSignature,
+    limits: Limits,
+    text: TextEncoder | None = None,
+) -> list[DecodedRequest | RecordError]:
+    """Decode and validate a fetched chunk of records: the same outcome, record for record, as :func:`decode_one`.
+
+    Plain JSON requests of a fixed-shape model that declare the same ``(datatype, shape)`` for every input form a
+    group; each input of a group is parsed into one array ``[records x rows, ...]`` and checked with one set of
+    reductions. A group whose array or checks fail, a binary-extension record, a record that may hold booleans,
+    sequence models and text are decoded record by record.
+
+    Args:
+        values: the record values, in fetch order.
+        headers: each record's headers.
+
+    Returns:
+        One :class:`DecodedRequest` (its ``inputs`` views of the group's ``block``) or
+        :class:`~consumer.errors.RecordError` per record, in order.
+    """
+    out: list[DecodedRequest | RecordError | None] = [None] * len(values)
+    if signature.sequence is not None or text is not None:
+        return [decode_one(v, h, signature, limits, text) for v, h in zip(values, headers, strict=True)]
+    groups: dict[_GroupKey, list[_Parsed]] = {}
+    for i, (value, hdrs) in enumerate(zip(values, headers, strict=True)):
+        parsed = _parse_plain(i, value, hdrs, signature, limits)
+        if parsed is None:
+            out[i] = decode_one(value, hdrs, signature, limits)
+        else:
+            groups.setdefault(parsed[0], []).append(parsed[1])
+    for key, members in groups.items():
+        decoded = _decode_group(key, members, signature, limits)
+        if decoded is None:
+            for member in members:
+                i = member[0]
+                out[i] = decode_one(values[i], headers[i], signature, limits)
+        else:
+            for member, request in zip(members, decoded, strict=True):
+                out[member[0]] = request
+    return out  # type: ignore[return-value]  # every slot is filled above
+
+
+def _parse_plain(
+    index: int, value: bytes | None, headers: Headers, signature: ModelSignature, limits: Limits
+) -> tuple[_GroupKey, _Parsed] | None:
+    """Parse ``value`` if it is a plain JSON request whose fields are all well formed and name exactly the model's
+    inputs; None when anything is off (the record is then decoded on its own, which names the problem)."""
+    if not value or len(value) > limits.max_record_bytes or b"true" in value or b"false" in value:
+        return None
+    for header, _ in headers:
+        if header.lower() == BINARY_HEADER:
+            return None
+    try:
+        body = orjson.loads(value)
+        raw_inputs = body["inputs"]
+    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+        return None
+    specs = signature.inputs
+    if type(body) is not dict or type(raw_inputs) is not list or len(raw_inputs) != len(specs):
+        return None
+    request_id = body.get("id")
+    parameters = body.get("parameters")
+    if (request_id is not None and type(request_id) is not str) or (
+        parameters is not None and type(parameters) is not dict
+    ):
+        return None
+    outputs = None
+    if "outputs" in body:
+        try:
+            outputs = requested_outputs(body["outputs"], signature)
+        except RecordError:
+            return None
+    binary_output = bool(parameters and parameters.get("binary_data_output") is True)
+    if len(specs) == 1:  # the common case: one input, no name lookups
+        item = raw_inputs[0]
+        declared = _declared(item)
+        if declared is None or item["name"] != specs[0].name:
+            return None
+        return (declared,), (index, request_id, outputs, binary_output, [item["data"]])
+    by_name: dict[str, dict[str, Any]] = {}
+    for item in raw_inputs:
+        if _declared(item) is None or item["name"] in by_name:
+            return None
+        by_name[item["name"]] = item
+    key = []
+    data = []
+    for spec in specs:
+        item = by_name.get(spec.name)
+        if item is None:
+            return None
+        key.append((item["datatype"], tuple(item["shape"])))
+        data.append(item["data"])
+    return tuple(key), (index, request_id, outputs, binary_output, data)
+
+
+def _declared(item: object) -> tuple[str, tuple[int, ...]] | None:
+    """(datatype, shape) of a well-formed plain input object (str name, int shape >= 0, str datatype, list data,
+    no parameters); None otherwise."""
+    if type(item) is not dict or "parameters" in item:
+        return None
+    try:
+        name, shape, datatype, data = item["name"], item["shape"], item["datatype"], item["data"]
+    except KeyError:
+        return None
+    if type(name) is not str or type(shape) is not list or type(datatype) is not str or type(data) is not list:
+        return None
+    for d in shape:
+        if type(d) is not int or d < 0:
+            return None
+    return datatype, tuple(shape)
+
+
+def _decode_group(
+    key: _GroupKey, members: list[_Parsed], signature: ModelSignature, limits: Limits
+) -> list[DecodedRequest] | None:
+    """Parse and check a group's inputs as one array each; None when any check fails (decode record by record)."""
+    n = len(members)
+    block: dict[str, np.ndarray] = {}
+    rows: int | None = None
+    for j, spec in enumerate(signature.inputs):
+        datatype, shape = key[j]
+        try:
+            declared = check_declaration(spec, datatype, shape, limits.max_record_rows)
+        except ValidationError:
+            return None
+        if rows is None:
+            rows = shape[0]
+        elif shape[0] != rows:
+            return None
+        try:
+            # Floats: parsed straight into float64 (a null becomes NaN, which the range check refuses; integers
+            # are exact below 2**53, checked below). Integers: numpy's own choice, so they stay exact.
+            arr = np.array([m[4][j] for m in members], dtype=np.float64 if declared.kind == "f" else None)
+        except (ValueError, TypeError, OverflowError):
+            return None
+        if arr.shape != (n, math.prod(shape)) and arr.shape != (n, *shape):
+            return None
+        kind = arr.dtype.kind
+        if kind not in "iuf" or (kind == "f" and declared.kind in "iu"):
+            return None
+        try:
+            check_values(spec.name, arr, declared, spec.dtype)
+        except ValidationError:
+            return None
+        if kind == "f" and arr.size and max(-float(arr.min()), float(arr.max())) > _EXACT_IN_FLOAT64:
+            return None
+        block[spec.name] = np.ascontiguousarray(arr.reshape(n * shape[0], *shape[1:]), dtype=spec.dtype)
+    try:
+        check_ranges(block, signature)
+    except ValidationError:
+        return None
+    assert rows is not None
+    shape_key = tuple((name, arr.shape[1:]) for name, arr in sorted(block.items()))
+    return [
+        DecodedRequest(
+            m[1],
+            None,
+            rows,
+            m[2],
+            binary_output=m[3],
+            block=block,
+            start=k * rows,
+            shape_key=shape_key,
+        )
+        for k, m in enumerate(members)
+    ]
 
 
 def _sequence_request(
@@ -261,28 +479,9 @@ def _sequence_request(
     mask = arrays.get(MASK)
     if mask is not None and not bool(mask.any(axis=1).all()):
         raise ValidationError(R.OUT_OF_RANGE, f"input {MASK!r}: a row attends to no token (all 0)")
-    _check_ranges(arrays, signature)
+    check_ranges(arrays, signature)
     ordered = {name: arrays[name] for name in sequence.inputs}
     return DecodedRequest(request_id, ordered, rows, outputs, length=length, binary_output=binary_output)
-
-
-def _check_ranges(arrays: Mapping[str, np.ndarray], signature: ModelSignature) -> None:
-    for name, (low, high) in signature.ranges.items():
-        arr = arrays.get(name)
-        if arr is None or arr.size == 0:
-            continue
-        lo, hi = int(arr.min()), int(arr.max())
-        if lo < low or hi > high:
-            raise ValidationError(R.OUT_OF_RANGE, f"input {name!r}: values [{lo}, {hi}] outside [{low}, {high}]")
-
-
-def _check_rows(name: str, rows: int, limits: Limits) -> int:
-    """``shape[0]`` of an input: at least 1 (shape_mismatch) and at most ``max_record_rows`` (too_large)."""
-    if rows < 1:
-        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: shape[0] (rows) must be >= 1")
-    if rows > limits.max_record_rows:
-        raise ValidationError(R.TOO_LARGE, f"input {name!r}: {rows} rows; max_record_rows is {limits.max_record_rows}")
-    return rows
 
 
 def _tokenize(
@@ -295,7 +494,7 @@ def _tokenize(
         raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: text must be BYTES, got {item['datatype']!r}")
     if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
         raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: text shape must be [rows] or [rows, 1], got {shape}")
-    rows = _check_rows(name, shape[0], limits)
+    rows = check_rows(name, shape[0], limits.max_record_rows)
     if chunk is not None:
         texts = _bytes_elements(name, chunk)
     else:
@@ -363,7 +562,13 @@ def _check_input_fields(index: int, item: object, binary: bool) -> int | None:
     return size
 
 
-def _requested_outputs(raw: object, signature: ModelSignature) -> tuple[str, ...] | None:
+def requested_outputs(raw: object, signature: ModelSignature) -> tuple[str, ...] | None:
+    """A request's ``outputs``: the names asked for, or None for every output.
+
+    Raises:
+        DecodeError: invalid_request: not a list of ``{"name": str}`` objects, empty, or a name twice.
+        ValidationError: unknown_output.
+    """
     if raw is None:
         return None
     if not isinstance(raw, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in raw):
@@ -380,50 +585,13 @@ def _requested_outputs(raw: object, signature: ModelSignature) -> tuple[str, ...
     return names
 
 
-def _holds_boolean(data: list[Any]) -> bool:
-    stack: list[Any] = [data]
-    while stack:
-        for v in stack.pop():
-            if v is True or v is False:
-                return True
-            if isinstance(v, list):
-                stack.append(v)
-    return False
-
-
-def _castable(declared: np.dtype[Any], target: np.dtype[Any]) -> bool:
-    """Whether a declared OIP datatype may be fed to a model input of ``target`` dtype (values checked later)."""
-    if declared == target:
-        return True
-    dk, tk = declared.kind, target.kind
-    if dk in "iu" and tk in "iuf":
-        return True  # integer -> integer (range checked) or -> float (exactness checked)
-    return dk == "f" and tk == "f"  # float width change (range checked)
-
-
 def _to_array(
     spec: TensorSpec, item: Mapping[str, Any], chunk: memoryview | None, limits: Limits, may_hold_booleans: bool
 ) -> np.ndarray:
     name: str = item["name"]
     shape: list[int] = item["shape"]
     datatype: str = item["datatype"]
-    declared = OIP_TO_NUMPY.get(datatype)
-    if declared is None:
-        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: unknown datatype {datatype!r}")
-    if spec.dtype.kind == "O" or declared.kind == "O":
-        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: BYTES tensors are not supported")
-    if not _castable(declared, spec.dtype):
-        raise ValidationError(
-            R.DATATYPE_MISMATCH, f"input {name!r}: {datatype} cannot be cast to the model's {spec.datatype}"
-        )
-    if len(shape) != len(spec.shape):
-        raise ValidationError(
-            R.SHAPE_MISMATCH, f"input {name!r}: rank {len(shape)}, model expects rank {len(spec.shape)}"
-        )
-    for axis, (got, want) in enumerate(zip(shape, spec.shape, strict=True)):
-        if want is not None and got != want:
-            raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: dimension {axis} is {got}, model expects {want}")
-    _check_rows(name, shape[0], limits)
+    declared = check_declaration(spec, datatype, shape, limits.max_record_rows)
 
     if chunk is not None:
         count = math.prod(shape)
@@ -434,10 +602,12 @@ def _to_array(
                 f"{count * declared.itemsize}",
             )
         arr = np.frombuffer(chunk, dtype=declared.newbyteorder("<")).reshape(shape)
-        _check_values(name, arr, declared, spec.dtype)
+        check_values(name, arr, declared, spec.dtype)
         return np.ascontiguousarray(arr, dtype=spec.dtype)
-    if may_hold_booleans and declared.kind != "b" and _holds_boolean(item["data"]):
-        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: data holds booleans, declared {_oip(declared)}")
+    if may_hold_booleans and declared.kind != "b" and holds_boolean(item["data"]):
+        raise ValidationError(
+            R.DATATYPE_MISMATCH, f"input {name!r}: data holds booleans, declared {oip_name(declared)}"
+        )
     try:
         arr = np.array(item["data"])
     except (ValueError, TypeError) as exc:
@@ -448,7 +618,7 @@ def _to_array(
         raise ValidationError(R.RAGGED, f"input {name!r}: nested data is ragged") from None
     except OverflowError:
         raise ValidationError(R.OUT_OF_RANGE, f"input {name!r}: an integer exceeds 64 bits") from None
-    _check_values(name, arr, declared, spec.dtype)
+    check_values(name, arr, declared, spec.dtype)
 
     count = math.prod(shape)
     if arr.size != count:
@@ -460,219 +630,3 @@ def _to_array(
             R.SHAPE_MISMATCH, f"input {name!r}: nested data has shape {list(arr.shape)}, declared {shape}"
         )
     return np.ascontiguousarray(arr, dtype=spec.dtype)
-
-
-def _check_values(name: str, arr: np.ndarray, declared: np.dtype[Any], target: np.dtype[Any]) -> None:
-    """Check the parsed values fit the declared datatype and cast losslessly (or in range) to ``target``."""
-    kind = arr.dtype.kind
-    if kind == "O":
-        if any(v is None for v in arr.flat):
-            raise ValidationError(R.NULL_VALUE, f"input {name!r}: data contains null")
-        if all(isinstance(v, int) for v in arr.flat):  # Python ints beyond uint64
-            raise ValidationError(R.OUT_OF_RANGE, f"input {name!r}: an integer exceeds 64 bits")
-        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: data mixes types {datatype_of(arr)}")
-    if kind in "USV":
-        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: data holds strings, declared {_oip(declared)}")
-    if (kind == "b") != (declared.kind == "b"):
-        raise ValidationError(
-            R.DATATYPE_MISMATCH, f"input {name!r}: data is {datatype_of(arr)}, declared {_oip(declared)}"
-        )
-    if arr.size == 0 or kind == "b":
-        return
-    if kind == "f" and declared.kind in "iu" and not bool(np.all(np.floor(arr) == arr)):
-        raise ValidationError(
-            R.DATATYPE_MISMATCH, f"input {name!r}: fractional values for integer datatype {_oip(declared)}"
-        )
-    lo, hi = arr.min(), arr.max()
-    for dtype in (declared, target):
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            ok = int(lo) >= info.min and int(hi) <= info.max if kind in "iu" else lo >= info.min and hi <= info.max
-        else:
-            fmax = float(np.finfo(dtype).max)
-            ok = -fmax <= float(lo) and float(hi) <= fmax
-        if not ok:
-            raise ValidationError(R.OUT_OF_RANGE, f"input {name!r}: values [{lo}, {hi}] do not fit {_oip(dtype)}")
-    if declared.kind in "iu" and target.kind == "f":
-        exact = 2 ** (np.finfo(target).nmant + 1)
-        if max(abs(int(lo)), abs(int(hi))) > exact:
-            raise ValidationError(
-                R.OUT_OF_RANGE, f"input {name!r}: integers beyond +-{exact} are not exact in {_oip(target)}"
-            )
-
-
-def _oip(dtype: np.dtype[Any]) -> str:
-    return NUMPY_TO_OIP.get(dtype, str(dtype))
-
-
-def datatype_of(arr: np.ndarray) -> str:
-    """Readable datatype of parsed JSON data, for messages (``INT64``, ``FP64``, ``object``)."""
-    return NUMPY_TO_OIP.get(arr.dtype, str(arr.dtype))
-
-
-def correlation_id(
-    headers: Iterable[tuple[str, bytes | None]], request_id: str | None, key: bytes | None, fallback: str
-) -> bytes:
-    """The record's correlation ID: header ``correlation_id`` (first if repeated), else the request ``id``,
-    else the record key, else ``fallback`` (``topic:partition:offset``). Echoed byte-for-byte."""
-    for name, value in headers:
-        if name == CORRELATION_HEADER and value is not None:
-            return value
-    if request_id is not None:
-        return request_id.encode()
-    if key is not None:
-        return key
-    return fallback.encode()
-
-
-def _le_bytes(arr: np.ndarray) -> bytes:
-    """Row-major little-endian bytes of a numeric array (the binary data extension's layout)."""
-    return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
-
-
-def _tensor(name: str, arr: np.ndarray, binary: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": name, "shape": list(arr.shape), "datatype": NUMPY_TO_OIP[arr.dtype]}
-    if binary:
-        entry["parameters"] = {"binary_data_size": arr.nbytes}
-    else:
-        entry["data"] = np.ascontiguousarray(arr).reshape(-1)
-    return entry
-
-
-def encode_response(response_id: str, signature: ModelSignature, outputs: Sequence[tuple[str, np.ndarray]]) -> bytes:
-    """Serialise one OIP inference response as JSON.
-
-    Args:
-        response_id: the response ``id`` (the correlation ID as text).
-        signature: supplies ``model_name`` and ``model_version``.
-        outputs: (name, array) pairs for this record only, each array ``[rows, ...]``, numeric.
-
-    Returns:
-        UTF-8 JSON bytes; ``data`` is flat row-major as the OIP specifies.
-
-    Raises:
-        KeyError: an output's dtype has no OIP datatype.
-    """
-    return _response(response_id, signature, outputs, binary=False)
-
-
-def encode_response_binary(
-    response_id: str, signature: ModelSignature, outputs: Sequence[tuple[str, np.ndarray]]
-) -> tuple[bytes, int]:
-    """Serialise one OIP inference response in the binary data extension.
-
-    Returns:
-        (value, json_length): the JSON part (outputs carry ``parameters.binary_data_size``, no ``data``) followed
-        by each output's little-endian row-major bytes; and the JSON part's length in bytes (the value of the
-        result's ``inference-header-content-length`` header).
-
-    Raises:
-        KeyError: an output's dtype has no OIP datatype.
-    """
-    head = _response(response_id, signature, outputs, binary=True)
-    return head + b"".join(_le_bytes(arr) for _, arr in outputs), len(head)
-
-
-def _response(
-    response_id: str, signature: ModelSignature, outputs: Sequence[tuple[str, np.ndarray]], *, binary: bool
-) -> bytes:
-    body = {
-        "id": response_id,
-        "model_name": signature.name,
-        "model_version": signature.version,
-        "outputs": [_tensor(name, arr, binary) for name, arr in outputs],
-    }
-    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-RequestInputs = Mapping[str, "np.ndarray | list[str]"]
-
-
-def encode_request(request_id: str | None, inputs: RequestInputs, outputs: Sequence[str] | None = None) -> bytes:
-    """Serialise an OIP inference request as JSON (used by producer_tools and tests).
-
-    Args:
-        request_id: the ``id`` field, or None to leave it out.
-        inputs: input name -> array ``[rows, ...]`` of an OIP-mappable numeric dtype, or a list of ``str`` for a
-            text (BYTES) input of shape ``[rows]``.
-        outputs: output names to request, or None for all.
-    """
-    head, _ = _request(request_id, inputs, outputs, binary=False, binary_output=False)
-    return head
-
-
-def encode_request_binary(
-    request_id: str | None, inputs: RequestInputs, outputs: Sequence[str] | None = None, *, binary_output: bool = True
-) -> tuple[bytes, int]:
-    """Serialise an OIP inference request in the binary data extension.
-
-    Args:
-        binary_output: ask for the response in the binary data extension too.
-
-    Returns:
-        (value, json_length): the record value, and the JSON part's length in bytes (send it as header
-        ``inference-header-content-length``).
-    """
-    head, blobs = _request(request_id, inputs, outputs, binary=True, binary_output=binary_output)
-    return head + b"".join(blobs), len(head)
-
-
-def _request(
-    request_id: str | None,
-    inputs: RequestInputs,
-    outputs: Sequence[str] | None,
-    *,
-    binary: bool,
-    binary_output: bool,
-) -> tuple[bytes, list[bytes]]:
-    tensors: list[dict[str, Any]] = []
-    blobs: list[bytes] = []
-    for name, arr in inputs.items():
-        if isinstance(arr, list):  # text
-            raw = [t.encode() for t in arr]
-            entry: dict[str, Any] = {"name": name, "shape": [len(raw)], "datatype": "BYTES"}
-            if binary:
-                blob = b"".join(len(r).to_bytes(4, "little") + r for r in raw)
-                entry["parameters"] = {"binary_data_size": len(blob)}
-                blobs.append(blob)
-            else:
-                entry["data"] = arr
-            tensors.append(entry)
-            continue
-        tensors.append(_tensor(name, arr, binary))
-        if binary:
-            blobs.append(_le_bytes(arr))
-    body: dict[str, Any] = {"inputs": tensors}
-    if request_id is not None:
-        body["id"] = request_id
-    if outputs is not None:
-        body["outputs"] = [{"name": n} for n in outputs]
-    if binary_output:
-        body["parameters"] = {"binary_data_output": True}
-    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), blobs
-
-
-def decode_response(value: bytes, json_length: int | None = None) -> dict[str, Any]:
-    """Parse an OIP response into ``{"id", "model_name", "model_version", "outputs": {name: ndarray}}``.
-
-    Args:
-        value: the result record's value.
-        json_length: the ``inference-header-content-length`` header of a binary response, else None.
-
-    Raises:
-        orjson.JSONDecodeError, KeyError, ValueError: the value is not an OIP response.
-    """
-    head = value if json_length is None else value[:json_length]
-    body = orjson.loads(head)
-    arrays: dict[str, np.ndarray] = {}
-    pos = json_length or 0
-    for o in body["outputs"]:
-        dtype = OIP_TO_NUMPY[o["datatype"]]
-        size = (o.get("parameters") or {}).get("binary_data_size")
-        if size is not None:
-            flat = np.frombuffer(value[pos : pos + size], dtype=dtype.newbyteorder("<"))
-            arrays[o["name"]] = flat.astype(dtype).reshape(o["shape"])
-            pos += size
-        else:
-            arrays[o["name"]] = np.asarray(o["data"], dtype=dtype).reshape(o["shape"])
-    return {**body, "outputs": arrays}

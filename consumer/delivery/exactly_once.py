@@ -1,0 +1,261 @@
+"""exactly_once: per partition, the answers of a window of fetched records and the next offset in one transaction.
+
+One task runs windows back to back. A window fetches chunks for up to ``commit_interval_ms`` (or until
+``max_in_flight_rows`` rows are held, a rebalance or a stop is pending), decodes them, runs their micro-batches
+and writes each partition's answers, in offset order, into that partition's open transaction (its
+transactional producer, :mod:`consumer.transactions`). Then every partition's transaction gets its next offset
+(``send_offsets_to_transaction``) and is committed. Kafka Streams' ``commit.interval.ms`` plays the same role:
+a reader with ``isolation.level=read_committed`` sees a window's answers when it commits.
+
+A transaction that fails is aborted and its partition rewound to the window's first offset, so the window's records
+are fetched and answered again (a record the broker refused as too large climbs the size ladder meanwhile); a
+fenced producer means the partition has a new owner. Nothing of an aborted window becomes visible.
+
+Rebalance: the revoke waits (within ``revoke_timeout_ms``) for the window in progress, which ends early, then the
+revoked partitions' producers are closed; what was not committed is fenced by the new owner and answered by it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from itertools import groupby
+
+from aiokafka import TopicPartition
+from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, KafkaError, ProducerFenced
+
+from consumer.clients import ProducerClient
+from consumer.delivery.stages import Stages
+from consumer.errors import BROKEN_PRODUCER, TOO_LARGE
+from consumer.publisher import RETRY_BACKOFF_FIRST_S, Sent, count_answers
+from consumer.transactions import PartitionTransactions
+from consumer.work import Work
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Transaction:
+    """One partition's open transaction in a window."""
+
+    producer: ProducerClient | None
+    error: BaseException | None = None
+    works: list[Work] = field(default_factory=list)
+    sent: list[Sent] = field(default_factory=list)
+
+
+class ExactlyOnce:
+    """The exactly_once delivery mode.
+
+    Args:
+        stages: the shared stages.
+    """
+
+    def __init__(self, stages: Stages) -> None:
+        self._stages = stages
+        self._settings = stages.settings
+        self.txns = PartitionTransactions(stages.settings, stages.clients)
+        self._buffers = stages.inference.buffers()
+        self._window_lock = asyncio.Lock()  # a revoke waits for the window in its transactions
+        self._stop = asyncio.Event()
+        self._revoking = False
+        self.tasks: list[asyncio.Task[None]] = []
+        self.in_flight_rows = 0
+        self.joined = False
+
+    async def start(self) -> None:
+        """Join the group (partitions' producers are opened as they are assigned), start the task.
+
+        Raises:
+            aiokafka.errors.KafkaError: the broker cannot be reached.
+        """
+        await self._stages.source.start(self.on_revoked, self.on_assigned)
+        self._stages.inference.start()
+        self.tasks = [asyncio.create_task(self._loop(), name="streaminfer-transactional")]
+
+    async def stop(self, drain_budget_s: float) -> None:
+        """Let the window in progress commit (within ``drain_budget_s``), then leave the group and close."""
+        st = self._stages
+        self._stop.set()
+        if self.tasks:
+            loop_task = self.tasks[0]
+            try:
+                if not await st.within(asyncio.shield(loop_task), drain_budget_s):
+                    log.warning("shutdown grace exceeded; the open transactions are aborted, their records redelivered")
+            except Exception as exc:  # noqa: BLE001 (the loop's own failure is already recorded)
+                log.debug("transactional loop ended with %r", exc)
+            loop_task.cancel()
+            await asyncio.gather(loop_task, return_exceptions=True)
+        await st.quietly("closing the transactional producers", self.txns.close_all())
+        if self.tasks:
+            await st.quietly("leaving the group", st.source.stop())
+        st.inference.close()
+        st.intake.close()
+
+    async def _loop(self) -> None:
+        st = self._stages
+        while not self._stop.is_set():
+            async with self._window_lock:
+                await self._window()
+            st.source.update_lag()
+            await asyncio.sleep(0)  # a revoke waiting for the lock takes it here
+
+    async def _window(self) -> None:
+        """Fetch, answer and write chunks into per-partition transactions for one window, then commit them."""
+        st = self._stages
+        s = self._settings
+        deadline = st.clock() + s.commit_interval_ms / 1000.0
+        transactions: dict[TopicPartition, _Transaction] = {}
+        while not self._stop.is_set() and not self._revoking:
+            room = max(1, s.max_in_flight_rows - self.in_flight_rows)
+            fetched = await st.source.fetch(min(s.fetch_max_records, room))
+            if not fetched and not transactions:
+                return  # nothing open: let a rebalance or a stop in between windows
+            if fetched:
+                works = self._mine(await st.intake.decode(fetched, st.tracker))
+                for work in works:
+                    st.writer.ladder.resume(work)
+                    self.in_flight_rows += work.rows
+                await self._answer(works)
+                for tp, group in groupby(works, key=lambda w: w.tp):
+                    await self._write(transactions, tp, list(group))
+            if st.clock() >= deadline or self.in_flight_rows >= s.max_in_flight_rows:
+                break
+        await asyncio.gather(*(self._commit(tp, txn) for tp, txn in transactions.items()))
+        self.in_flight_rows = 0
+
+    def _mine(self, works: list[Work]) -> list[Work]:
+        """Drop the records of partitions revoked while the chunk was decoded."""
+        st = self._stages
+        assigned = st.source.consumer.assignment()
+        stale = {w.tp for w in works} - assigned
+        if not stale:
+            return works
+        st.tracker.forget(stale)
+        return [w for w in works if w.tp in assigned]
+
+    async def _answer(self, works: list[Work]) -> None:
+        """Run every request of a chunk, micro-batch after micro-batch."""
+        st = self._stages
+        batcher = st.batcher(0)
+        st.queue(batcher, [w for w in works if w.request is not None])
+        batcher.close()
+        while (batch := batcher.pop_ready(st.clock())) is not None:
+            await st.inference.run(batch, self._buffers)
+
+    async def _write(
+        self, transactions: dict[TopicPartition, _Transaction], tp: TopicPartition, works: list[Work]
+    ) -> None:
+        """Append a partition's answers (offset order) to its transaction, beginning it with the first ones."""
+        txn = transactions.get(tp)
+        if txn is None:
+            txn = transactions[tp] = await self._begin(tp)
+        txn.works += works
+        if txn.producer is not None and txn.error is None:
+            txn.sent += await self._stages.writer.write(txn.producer, works)
+
+    async def _begin(self, tp: TopicPartition) -> _Transaction:
+        try:
+            producer = await self.txns.open(tp)
+            await producer.begin_transaction()
+        except (KafkaError, IllegalOperation) as exc:
+            return _Transaction(None, error=exc)
+        return _Transaction(producer)
+
+    async def _commit(self, tp: TopicPartition, txn: _Transaction) -> None:
+        """Commit ``tp``'s answers with its next offset. A fenced producer means the partition has a new owner:
+        drop it. Any other failure aborts and rewinds the partition to the window's first offset."""
+        st = self._stages
+        works = txn.works
+        first, next_offset = works[0].record.offset, works[-1].record.offset + 1
+        started = st.clock()
+        try:
+            if txn.error is not None:
+                raise txn.error
+            producer = txn.producer
+            assert producer is not None
+            if txn.sent:
+                await asyncio.wait([sent.future for sent in txn.sent])
+            failure: BaseException | None = None
+            for sent in txn.sent:
+                error = sent.future.exception()
+                if error is None:
+                    continue
+                failure = failure or error
+                if isinstance(error, TOO_LARGE):
+                    for work in sent.works:
+                        st.writer.ladder.refused(work, error)
+            if failure is not None:
+                raise failure
+            await producer.send_offsets_to_transaction({tp: next_offset}, self._settings.group_id)
+            await producer.commit_transaction()
+        except (ProducerFenced, InvalidProducerEpoch, IllegalOperation) as exc:
+            # IllegalOperation: aiokafka's answer to sends after its producer was fenced (not a KafkaError).
+            # Another producer with this transactional.id exists: the partition's new owner (we are about to be
+            # revoked) or a restarted instance. Nothing of this window became visible; if the partition is still
+            # ours, rewind so a fresh producer answers it again.
+            log.warning("producer of %s fenced: %r", tp, exc)
+            await self.txns.close(tp)
+            st.source.rewind(tp, first)
+            return
+        except KafkaError as exc:
+            log.warning("transaction for %s failed, aborting and re-reading %d records: %r", tp, len(works), exc)
+            st.metrics.produce_retries.inc(len(works))
+            await self._abort(tp, txn, exc)
+            st.source.rewind(tp, first)
+            await st.sleep(RETRY_BACKOFF_FIRST_S)
+            return
+        finally:
+            st.metrics.stage_seconds.labels("commit").inc(st.clock() - started)
+        for work in works:
+            work.offsets.done(work.record.offset)
+        count_answers(st.metrics, works, st.wall_clock() * 1000.0)
+        st.writer.ladder.forget(works)
+        st.tracker.mark_committed({tp: next_offset})
+        st.metrics.commits.inc()
+        st.progress.mark()
+
+    async def _abort(self, tp: TopicPartition, txn: _Transaction, exc: BaseException) -> None:
+        """Abort ``tp``'s transaction; a producer whose sequence state is lost (or that cannot abort) is replaced,
+        which aborts it too."""
+        try:
+            if isinstance(exc, BROKEN_PRODUCER) or txn.producer is None:
+                raise exc
+            await txn.producer.abort_transaction()
+        except (KafkaError, KeyError) as abort_exc:
+            log.warning("abort for %s failed (%r); restarting its producer", tp, abort_exc)
+            with contextlib.suppress(KafkaError):
+                await self.txns.reopen(tp)
+
+    # -- rebalances
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Wait (within revoke_timeout_ms) for the window in its transactions, then close the revoked partitions'
+        producers. Whatever was not committed is fenced by the new owner and answered by it."""
+        self.joined = False
+        if not revoked:
+            return
+        st = self._stages
+        self._revoking = True
+        try:
+            if await st.within(self._window_lock.acquire(), self._settings.revoke_timeout_ms / 1000.0):
+                self._window_lock.release()
+            else:
+                log.warning("revoke: the current transactions did not finish in time; the new owner fences them")
+        finally:
+            self._revoking = False
+        for tp in revoked:
+            await self.txns.close(tp)
+        st.tracker.forget(set(revoked))
+        st.source.forget_lag(set(revoked))
+        log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Start the new partitions' transactional producers, which fences any zombie still writing for them;
+        count the rebalance and mark the group joined."""
+        for tp in assigned:
+            await self.txns.open(tp)
+        self._stages.metrics.rebalances.inc()
+        self.joined = True
+        log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))

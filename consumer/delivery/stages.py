@@ -1,0 +1,195 @@
+"""The stages both delivery modes are made of, built once from the settings (:func:`build_stages`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+
+from consumer.batcher import MicroBatcher
+from consumer.clients import Clients
+from consumer.config import Settings
+from consumer.health import Progress
+from consumer.inference import BatchRunner
+from consumer.intake import Intake
+from consumer.metrics import Metrics
+from consumer.offsets import OffsetTracker
+from consumer.oip.decode import Limits
+from consumer.publisher import AnswerWriter, SizeLadder
+from consumer.runner import OnnxRunner
+from consumer.sequence import TextEncoder
+from consumer.sink import AnswerRecords
+from consumer.source import Source
+from consumer.work import Work
+
+log = logging.getLogger(__name__)
+
+#: Longest wait for each of the final commit, leaving the group and closing the producers, seconds.
+SHUTDOWN_STEP_TIMEOUT_S = 2.0
+
+Sleep = Callable[[float], Awaitable[None]]
+Fail = Callable[[BaseException, str], None]
+
+
+@dataclass
+class Stages:
+    """What a delivery mode composes.
+
+    Attributes:
+        settings: the consumer settings.
+        metrics: every stage's metrics.
+        clients: makes the Kafka clients.
+        source: the requests consumer.
+        intake: fetched records -> work items.
+        inference: micro-batches -> results.
+        writer: answers -> producer batches (with the size ladder).
+        tracker: what may be committed, per assigned partition.
+        progress: when records were last fetched or offsets committed.
+        clock: monotonic seconds (deadlines, stage times).
+        wall_clock: epoch seconds (record age against Kafka timestamps, record timestamps).
+        sleep: ``asyncio.sleep`` or a fake that a test's clock resolves.
+        fail: reports a failed background task (the process then stops with exit code 1).
+    """
+
+    settings: Settings
+    metrics: Metrics
+    clients: Clients
+    source: Source
+    intake: Intake
+    inference: BatchRunner
+    writer: AnswerWriter
+    tracker: OffsetTracker[TopicPartition]
+    progress: Progress
+    clock: Callable[[], float]
+    wall_clock: Callable[[], float]
+    sleep: Sleep
+    fail: Fail
+
+    def batcher(self, delay_ms: float) -> MicroBatcher[Work]:
+        """A micro-batcher with the settings' limits (tokens too, for a sequence model)."""
+        s = self.settings
+        tokens = s.max_batch_tokens if self.inference.runner.signature.sequence is not None else None
+        return MicroBatcher(s.max_batch_size, delay_ms, self.clock, max_batch_tokens=tokens)
+
+    def queue(self, batcher: MicroBatcher[Work], works: list[Work]) -> None:
+        """Put decoded requests in their batching groups (:meth:`~consumer.inference.BatchRunner.group`)."""
+        group = self.inference.group
+        entries = []
+        for work in works:
+            assert work.request is not None
+            key, tokens = group(work.request)
+            entries.append((work, work.rows, key, tokens))
+        batcher.put_many(entries)
+
+    async def within(self, step: Awaitable[object], seconds: float) -> bool:
+        """Await ``step`` for at most ``seconds`` (measured with the injected ``sleep``); on time out it is
+        cancelled. Returns whether it finished.
+
+        Raises:
+            BaseException: whatever ``step`` raised.
+        """
+        task = asyncio.ensure_future(step)
+        timer = asyncio.ensure_future(self.sleep(seconds))
+        try:
+            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return False
+        task.result()
+        return True
+
+    async def quietly(self, what: str, step: Awaitable[None]) -> None:
+        """Run a shutdown step with a time limit; a broker that is gone must not turn a stop into a crash."""
+        try:
+            await asyncio.wait_for(step, timeout=SHUTDOWN_STEP_TIMEOUT_S)
+        except (KafkaError, TimeoutError, OSError) as exc:
+            log.warning("%s failed during shutdown: %r", what, exc)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being cancelled ourselves
+            log.warning("%s was cancelled inside the Kafka client during shutdown", what)
+
+
+def build_stages(
+    settings: Settings,
+    runner: OnnxRunner,
+    metrics: Metrics,
+    clients: Clients,
+    *,
+    clock: Callable[[], float],
+    wall_clock: Callable[[], float],
+    sleep: Sleep,
+    fail: Fail,
+) -> Stages:
+    """Every stage, wired to one tracker and one progress mark.
+
+    Raises:
+        consumer.errors.ModelError: the tokenizer cannot be loaded.
+    """
+    s = settings
+    sequence = runner.signature.sequence
+    text = (
+        TextEncoder(s.tokenizer_path, sequence, s.text_input_name)
+        if s.tokenizer_path is not None and sequence is not None
+        else None
+    )
+    tracker: OffsetTracker[TopicPartition] = OffsetTracker()
+    progress = Progress(clock)
+    source = Source(
+        clients.consumer(),
+        s.requests_topic,
+        tracker,
+        metrics,
+        progress,
+        fetch_timeout_ms=s.fetch_timeout_ms,
+        fetch_is_progress=s.delivery == "at_least_once",
+        clock=clock,
+    )
+    intake = Intake(
+        runner.signature, Limits(s.max_record_bytes, s.max_record_rows, s.max_batch_tokens), text, metrics, clock
+    )
+    records = AnswerRecords(results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id)
+    writer = AnswerWriter(records, SizeLadder(s.producer_max_request_bytes), metrics, clock, wall_clock)
+    return Stages(
+        settings=s,
+        metrics=metrics,
+        clients=clients,
+        source=source,
+        intake=intake,
+        inference=BatchRunner(runner, metrics, clock),
+        writer=writer,
+        tracker=tracker,
+        progress=progress,
+        clock=clock,
+        wall_clock=wall_clock,
+        sleep=sleep,
+        fail=fail,
+    )
+
+
+async def wait_until(
+    done: Callable[[], bool], event: asyncio.Event, deadline: float, clock: Callable[[], float], sleep: Sleep
+) -> bool:
+    """Wait until ``done()`` (re-checked whenever ``event`` is set) or ``clock()`` reaches ``deadline``.
+
+    Returns:
+        ``done()`` at the end.
+    """
+    while not done() and (remaining := deadline - clock()) > 0:
+        event.clear()
+        waiter = asyncio.ensure_future(event.wait())
+        timer = asyncio.ensure_future(sleep(remaining))
+        try:
+            await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            timer.cancel()
+    return done()

@@ -1,0 +1,226 @@
+"""A micro-batch of work items -> input tensors -> ONNX Runtime (in its thread) -> a result or error per item.
+
+- **Assemble**: fixed-shape requests decoded from one chunk are rows of one array, so a batch of consecutive
+  ones is fed as a slice of it (no copy); other batches are copied into the pipeline slot's preallocated buffers,
+  sequence models padded to the batch's longest row (:class:`~consumer.sequence.BatchBuffers`).
+- **Infer**: ``OnnxRunner.run`` in the dedicated inference thread, off the event loop (on the loop for a model
+  whose largest batch computes in under a millisecond, :data:`INLINE_BELOW_S`); it checks every output's first
+  dimension against the batch's rows. A batch that fails is bisected until the culprit is alone: its
+  neighbours get their results, only it is dead-lettered (``inference_error``).
+- **Answer**: outputs cut back per request (per-token outputs of sequence models also to the request's own
+  length); a record whose outputs hold NaN or Inf is ``non_finite_output``; responses are encoded for the whole
+  batch at once (:class:`~consumer.oip.encode.BatchEncoder`), record by record only where a request asked for some
+  outputs or the binary extension.
+
+Time goes to ``streaminfer_stage_seconds_total`` (assemble, infer, encode); ``streaminfer_inference_seconds`` and
+``streaminfer_batch_rows`` are observed once per batch that ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from consumer.errors import DeadLetterReason, InferenceError
+from consumer.metrics import Metrics
+from consumer.oip.decode import DecodedRequest
+from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
+from consumer.runner import OnnxRunner, non_finite_outputs, split
+from consumer.sequence import BatchBuffers, bucket, length_buckets
+from consumer.work import Work, loggable
+
+log = logging.getLogger(__name__)
+
+#: A model whose largest batch computes in less than this at warmup (seconds) runs on the event loop: handing such
+#: a batch to the inference thread and back costs more than the run itself, since the thread must take the GIL
+#: back from a busy loop twice per batch (up to the interpreter's 5 ms switch interval each time).
+INLINE_BELOW_S = 0.001
+
+
+class BatchRunner:
+    """Runs micro-batches of work items through the model.
+
+    Args:
+        runner: a loaded, warmed ONNX runner.
+        metrics: stage times, inference time, batch rows, batch failures, padding ratio.
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, runner: OnnxRunner, metrics: Metrics, clock: Callable[[], float]) -> None:
+        self.runner = runner
+        self._metrics = metrics
+        self._clock = clock
+        self._sequence = runner.signature.sequence
+        self._buckets = length_buckets(self._sequence.max_length) if self._sequence is not None else ()
+        self._names = runner.signature.output_names
+        self._per_token = {o.name for o in runner.signature.outputs if len(o.shape) >= 2 and o.shape[1] is None}
+        self._encoder = BatchEncoder(runner.signature)
+        self._executor: ThreadPoolExecutor | None = None
+        #: Run batches on the event loop: the largest batch computed in under INLINE_BELOW_S at warmup.
+        self.inline = runner.batch_seconds is not None and runner.batch_seconds < INLINE_BELOW_S
+        self._stages = {name: metrics.stage_seconds.labels(name) for name in ("assemble", "infer", "encode")}
+
+    def group(self, request: DecodedRequest) -> tuple[Hashable, int]:
+        """The micro-batching group of a request and its cost in tokens: its non-batch shape (tokens 0), or for a
+        sequence model its length bucket (tokens: rows x the bucket's length)."""
+        if self._sequence is None:
+            return request.shape_key, 0
+        bound = bucket(request.length, self._buckets)
+        return bound, request.rows * bound
+
+    def buffers(self) -> BatchBuffers:
+        """A fresh set of input buffers for one pipeline slot."""
+        signature = self.runner.signature
+        pads = self._sequence.pad_values if self._sequence is not None else None
+        return BatchBuffers({spec.name: spec.dtype for spec in signature.inputs}, pads)
+
+    def start(self) -> None:
+        """Start the inference thread."""
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streaminfer-ort")
+
+    def close(self) -> None:
+        """Stop the inference thread once the batch it runs is done."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    async def run(self, batch: Sequence[Work], buffers: BatchBuffers) -> None:
+        """Run ``batch`` (every item holds a request) and set each item's ``result`` or ``error``.
+
+        Never raises for a record's fault: a failing batch is bisected so that only the culprit is dead-lettered.
+        """
+        requests = [w.request for w in batch if w.request is not None]
+        started = self._clock()
+        feeds, rows, length = self._assemble(requests, buffers)
+        ran = self._clock()
+        self._stages["assemble"].inc(ran - started)
+        try:
+            if self.inline:
+                outputs = self.runner.run(feeds, rows)
+            else:
+                outputs = await asyncio.get_running_loop().run_in_executor(self._executor, self.runner.run, feeds, rows)
+        except InferenceError as err:
+            if len(batch) == 1:
+                batch[0].error = err
+                log.warning("inference failed for correlation_id=%s: %s", loggable(batch[0].correlation_id), err)
+                return
+            # Bisect: halves that run get their results; only a record that fails alone is dead-lettered. A model
+            # whose batch axis is declared dynamic but only runs at batch 1 ends up answered record by record.
+            self._metrics.batch_failures.inc()
+            mid = len(batch) // 2
+            await self.run(batch[:mid], buffers)
+            await self.run(batch[mid:], buffers)
+            return
+        done = self._clock()
+        self._stages["infer"].inc(done - ran)
+        self._metrics.inference_seconds.observe(done - ran)
+        self._metrics.batch_rows.observe(rows)
+        self._answer(batch, requests, outputs, length)
+        self._stages["encode"].inc(self._clock() - done)
+
+    def _assemble(self, requests: Sequence[DecodedRequest], buffers: BatchBuffers) -> tuple[dict[str, Any], int, int]:
+        """Feeds for ONNX Runtime and (rows, padded length in tokens or 0)."""
+        if self._sequence is None:
+            if len(requests) == 1:
+                return dict(requests[0].inputs), requests[0].rows, 0
+            view = _consecutive(requests)
+            if view is not None:
+                return view, sum(r.rows for r in requests), 0
+            feeds, rows = buffers.stack([r.inputs for r in requests])
+            return feeds, rows, 0
+        if len(requests) == 1:
+            feeds, rows, length = dict(requests[0].inputs), requests[0].rows, requests[0].length
+        else:
+            feeds, rows, length = buffers.pad([r.inputs for r in requests])
+        real = sum(r.rows * r.length for r in requests)
+        self._metrics.batch_padding_ratio.observe(rows * length / max(1, real))
+        return feeds, rows, length
+
+    def _answer(
+        self, batch: Sequence[Work], requests: Sequence[DecodedRequest], outputs: dict[str, np.ndarray], length: int
+    ) -> None:
+        """Set each item's result (or error) from the batch's outputs."""
+        if self._sequence is None and all(r.outputs is None and not r.binary_output for r in requests):
+            try:
+                self._answer_batch(batch, requests, outputs)
+                return
+            except (KeyError, TypeError, ValueError):  # an output OIP JSON cannot carry: say so record by record
+                pass
+        names = self._names
+        signature = self.runner.signature
+        for work, request, part in zip(batch, requests, split(outputs, [r.rows for r in requests]), strict=True):
+            chosen = [(n, self._unpad(n, part[n], length, request.length)) for n in (request.outputs or names)]
+            bad = non_finite_outputs(dict(chosen))
+            if bad:
+                work.error = InferenceError(
+                    DeadLetterReason.NON_FINITE_OUTPUT, f"outputs {bad} hold NaN or Inf for this record"
+                )
+                continue
+            response_id = work.correlation_id.decode("utf-8", "backslashreplace")
+            try:
+                if request.binary_output:
+                    work.result, work.result_json_length = encode_response_binary(response_id, signature, chosen)
+                else:
+                    work.result = encode_response(response_id, signature, chosen)
+            except (KeyError, TypeError, ValueError) as exc:  # an output dtype OIP JSON cannot carry
+                work.error = InferenceError(
+                    DeadLetterReason.INFERENCE_ERROR, f"response cannot be encoded: {type(exc).__name__}: {exc}"
+                )
+
+    def _answer_batch(
+        self, batch: Sequence[Work], requests: Sequence[DecodedRequest], outputs: dict[str, np.ndarray]
+    ) -> None:
+        """Every output for every request, encoded for the whole batch; non-finite rows found with one check."""
+        rows = [r.rows for r in requests]
+        chosen = [(name, outputs[name]) for name in self._names]
+        ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in batch]
+        results = self._encoder.encode(ids, rows, chosen)
+        bad_rows = None
+        for _, arr in chosen:
+            if arr.dtype.kind == "f":
+                finite = np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+                if not bool(finite.all()):
+                    bad_rows = ~finite if bad_rows is None else bad_rows | ~finite
+        if bad_rows is None:
+            for work, result in zip(batch, results, strict=True):
+                work.result = result
+            return
+        start = 0
+        for work, n, result in zip(batch, rows, results, strict=True):
+            if bool(bad_rows[start : start + n].any()):
+                names = [
+                    name
+                    for name, arr in chosen
+                    if arr.dtype.kind == "f" and not bool(np.isfinite(arr[start : start + n]).all())
+                ]
+                work.error = InferenceError(
+                    DeadLetterReason.NON_FINITE_OUTPUT, f"outputs {names} hold NaN or Inf for this record"
+                )
+            else:
+                work.result = result
+            start += n
+
+    def _unpad(self, name: str, arr: Any, padded: int, length: int) -> Any:
+        """A per-token output (axis 1 dynamic in the graph and equal to the padded length, e.g. token embeddings
+        ``[rows, sequence, dim]``) cut back to the request's own length."""
+        if not padded or length >= padded or arr.ndim < 2 or arr.shape[1] != padded:
+            return arr
+        return arr[:, :length] if name in self._per_token else arr
+
+
+def _consecutive(requests: Sequence[DecodedRequest]) -> dict[str, np.ndarray] | None:
+    """The batch's feeds as slices of one decoded block, when its requests are consecutive rows of it."""
+    first = requests[0]
+    block = first.block
+    if block is None:
+        return None
+    position = first.start
+    for request in requests:
+        if request.block is not block or request.start != position:
+            return None
+        position += request.rows
+    return {name: arr[first.start : position] for name, arr in block.items()}

@@ -1,0 +1,105 @@
+"""The client side of the record contract: encode requests, decode responses (used by producer_tools and tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from consumer.oip.encode import tensor_entry
+from consumer.oip.wire import le_bytes
+from consumer.schema import OIP_TO_NUMPY
+
+RequestInputs = Mapping[str, "np.ndarray | list[str]"]
+
+
+def encode_request(request_id: str | None, inputs: RequestInputs, outputs: Sequence[str] | None = None) -> bytes:
+    """Serialise an OIP inference request as JSON.
+
+    Args:
+        request_id: the ``id`` field, or None to leave it out.
+        inputs: input name -> array ``[rows, ...]`` of an OIP-mappable numeric dtype, or a list of ``str`` for a
+            text (BYTES) input of shape ``[rows]``.
+        outputs: output names to request, or None for all.
+    """
+    head, _ = _request(request_id, inputs, outputs, binary=False, binary_output=False)
+    return head
+
+
+def encode_request_binary(
+    request_id: str | None, inputs: RequestInputs, outputs: Sequence[str] | None = None, *, binary_output: bool = True
+) -> tuple[bytes, int]:
+    """Serialise an OIP inference request in the binary data extension.
+
+    Args:
+        binary_output: ask for the response in the binary data extension too.
+
+    Returns:
+        (value, json_length): the record value, and the JSON part's length in bytes (send it as header
+        ``inference-header-content-length``).
+    """
+    head, blobs = _request(request_id, inputs, outputs, binary=True, binary_output=binary_output)
+    return head + b"".join(blobs), len(head)
+
+
+def _request(
+    request_id: str | None,
+    inputs: RequestInputs,
+    outputs: Sequence[str] | None,
+    *,
+    binary: bool,
+    binary_output: bool,
+) -> tuple[bytes, list[bytes]]:
+    tensors: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for name, arr in inputs.items():
+        if isinstance(arr, list):  # text
+            raw = [t.encode() for t in arr]
+            entry: dict[str, Any] = {"name": name, "shape": [len(raw)], "datatype": "BYTES"}
+            if binary:
+                blob = b"".join(len(r).to_bytes(4, "little") + r for r in raw)
+                entry["parameters"] = {"binary_data_size": len(blob)}
+                blobs.append(blob)
+            else:
+                entry["data"] = arr
+            tensors.append(entry)
+            continue
+        tensors.append(tensor_entry(name, arr, binary))
+        if binary:
+            blobs.append(le_bytes(arr))
+    body: dict[str, Any] = {"inputs": tensors}
+    if request_id is not None:
+        body["id"] = request_id
+    if outputs is not None:
+        body["outputs"] = [{"name": n} for n in outputs]
+    if binary_output:
+        body["parameters"] = {"binary_data_output": True}
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), blobs
+
+
+def decode_response(value: bytes, json_length: int | None = None) -> dict[str, Any]:
+    """Parse an OIP response into ``{"id", "model_name", "model_version", "outputs": {name: ndarray}}``.
+
+    Args:
+        value: the result record's value.
+        json_length: the ``inference-header-content-length`` header of a binary response, else None.
+
+    Raises:
+        orjson.JSONDecodeError, KeyError, ValueError: the value is not an OIP response.
+    """
+    head = value if json_length is None else value[:json_length]
+    body = orjson.loads(head)
+    arrays: dict[str, np.ndarray] = {}
+    pos = json_length or 0
+    for o in body["outputs"]:
+        dtype = OIP_TO_NUMPY[o["datatype"]]
+        size = (o.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            flat = np.frombuffer(value[pos : pos + size], dtype=dtype.newbyteorder("<"))
+            arrays[o["name"]] = flat.astype(dtype).reshape(o["shape"])
+            pos += size
+        else:
+            arrays[o["name"]] = np.asarray(o["data"], dtype=dtype).reshape(o["shape"])
+    return {**body, "outputs": arrays}

@@ -1,0 +1,55 @@
+"""What travels beside a record's value: header names, the correlation ID rule, the binary extension's layout.
+
+Binary tensor data (the OIP/KServe V2 binary data extension, as Triton implements it over HTTP): when a record
+carries header ``inference-header-content-length: N`` (decimal text, any case), the first N bytes of the value are
+the JSON request or response and the rest is raw tensor data, little-endian and row-major, in input (output) order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from consumer.errors import DeadLetterReason, DecodeError
+
+#: Header carrying the correlation ID on requests (optional) and on every result and dead letter.
+CORRELATION_HEADER = "correlation_id"
+#: Header of a binary-extension record: the JSON part's length, bytes (the HTTP header name of OIP, lower case).
+BINARY_HEADER = "inference-header-content-length"
+
+Headers = Iterable[tuple[str, bytes | None]]
+
+
+def binary_header_length(headers: Headers) -> int | None:
+    """The ``inference-header-content-length`` header's value (JSON part of a binary-extension record), or None.
+
+    Raises:
+        DecodeError: invalid_request: the header is not a non-negative decimal integer.
+    """
+    for name, value in headers:
+        if name.lower() == BINARY_HEADER:
+            if not value or not value.isdigit() or len(value) > 12:  # ASCII digits only: no sign, space or "_"
+                raise DecodeError(
+                    DeadLetterReason.INVALID_REQUEST, f"header {BINARY_HEADER} is not a decimal length: {value!r:.40}"
+                )
+            return int(value)
+    return None
+
+
+def correlation_id(headers: Headers, request_id: str | None, key: bytes | None, fallback: str) -> bytes:
+    """The record's correlation ID: header ``correlation_id`` (first if repeated), else the request ``id``,
+    else the record key, else ``fallback`` (``topic:partition:offset``). Echoed byte-for-byte."""
+    for name, value in headers:
+        if name == CORRELATION_HEADER and value is not None:
+            return value
+    if request_id is not None:
+        return request_id.encode()
+    if key is not None:
+        return key
+    return fallback.encode()
+
+
+def le_bytes(arr: np.ndarray) -> bytes:
+    """Row-major little-endian bytes of a numeric array (the binary data extension's layout)."""
+    return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()

@@ -1,0 +1,133 @@
+"""One fetched record on its way to an answer, as every stage sees it.
+
+A :class:`Work` is made by the intake for every fetched record, in fetch order, and carries either a validated
+request or the error that dead-letters it. Inference fills ``result`` (or ``error``); the publisher writes the
+answer and, once the broker acknowledged it, marks the record done in its partition's offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aiokafka import TopicPartition
+
+from consumer.errors import RecordError
+from consumer.oip.decode import DecodedRequest
+
+if TYPE_CHECKING:
+    from consumer.offsets import PartitionOffsets
+
+#: Longest correlation ID written to a log line, bytes (longer ones are cut and marked).
+MAX_LOGGED_ID_BYTES = 128
+
+
+class RecordLike(Protocol):
+    """The fields of aiokafka's ``ConsumerRecord`` used here."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodableRecord:
+    """Stands in for a record the Kafka client could not parse: only its coordinates are known."""
+
+    topic: str
+    partition: int
+    offset: int
+    error: str
+    timestamp: int = -1
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+class Work:
+    """One fetched record on its way to an answer.
+
+    Attributes:
+        record: the Kafka record (or an :class:`UndecodableRecord`).
+        tp: its partition.
+        offsets: its partition's offsets of this assignment; ``done`` once the answer is acknowledged.
+        correlation_id: echoed on the answer, byte-for-byte.
+        request: the validated request, or None for a record to dead-letter.
+        error: why it is dead-lettered (set at decode, by inference or by the size ladder).
+        rows: rows it holds against ``max_in_flight_rows`` (a dead letter counts 1).
+        result: the encoded response once inferred; None for a dead letter.
+        result_json_length: binary data extension responses: the JSON part's length, bytes.
+        enqueued_at: when it was decoded, ``clock()`` seconds.
+        answered: its result or error is final; the publisher may write it once every earlier record of its
+            partition is answered too.
+        acked: the broker acknowledged its answer.
+        solo: the broker refused a produce request holding it as too large: send it alone before judging it.
+        reduced: write the reduced dead letter (the full one was too large).
+        sequence: the publisher's per-partition order this record was registered in (None outside it).
+    """
+
+    __slots__ = (
+        "acked",
+        "answered",
+        "correlation_id",
+        "enqueued_at",
+        "error",
+        "offsets",
+        "record",
+        "reduced",
+        "request",
+        "result",
+        "result_json_length",
+        "rows",
+        "sequence",
+        "solo",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        record: RecordLike,
+        tp: TopicPartition,
+        offsets: PartitionOffsets,
+        correlation_id: bytes,
+        request: DecodedRequest | None,
+        error: RecordError | None,
+        rows: int,
+        enqueued_at: float,
+    ) -> None:
+        self.record = record
+        self.tp = tp
+        self.offsets = offsets
+        self.correlation_id = correlation_id
+        self.request = request
+        self.error = error
+        self.rows = rows
+        self.enqueued_at = enqueued_at
+        self.result: bytes | None = None
+        self.result_json_length: int | None = None
+        self.answered = request is None
+        self.acked = False
+        self.solo = False
+        self.reduced = False
+        self.sequence: Any = None
+
+    @property
+    def offset(self) -> int:
+        """The record's offset."""
+        return self.record.offset
+
+    def __repr__(self) -> str:
+        state = "result" if self.result is not None else (self.error.reason.value if self.error else "pending")
+        return f"Work({self.tp.topic}:{self.tp.partition}:{self.record.offset} {state})"
+
+
+def loggable(correlation_id: bytes) -> str:
+    """A correlation ID for a log line: repr of at most MAX_LOGGED_ID_BYTES bytes."""
+    if len(correlation_id) <= MAX_LOGGED_ID_BYTES:
+        return repr(correlation_id)
+    return f"{correlation_id[:MAX_LOGGED_ID_BYTES]!r}...({len(correlation_id)} bytes)"

@@ -1,0 +1,154 @@
+"""A consumer wired to the fakes of ``tests/unit/fakes.py``: the real stages and delivery modes, no broker, no
+model file, no real time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from aiokafka import TopicPartition
+from prometheus_client import CollectorRegistry
+
+from consumer.app import StreamInferApp
+from consumer.config import Settings
+from consumer.metrics import Metrics
+from consumer.oip.client import encode_request
+from consumer.schema import ModelSignature
+from consumer.sink import OFFSET_HEADER, PARTITION_HEADER, REASON_HEADER
+from tests.unit.fakes import FakeClients, FakeClock, FakeCluster, FakeSession, Written, fake_runner
+
+REQUESTS, RESULTS, DLQ = "requests", "results", "dlq"
+
+
+def digits_value(rows: int = 1, marker: float = 0.0) -> bytes:
+    """A digits request of ``rows`` rows; ``marker`` goes into pixel 63 (the fake model can fail on it)."""
+    x = np.zeros((rows, 64), np.float32)
+    x[:, 63] = marker
+    return encode_request(None, {"input": x})
+
+
+def header(written: Written, name: str) -> bytes | None:
+    return next((v for k, v in written.headers if k == name), None)
+
+
+def source_of(written: Written) -> tuple[int, int]:
+    """(request partition, request offset) of an answer: from the dead-letter headers, or from the correlation ID
+    the harness gives every request (its key ``p<partition>-<offset>``)."""
+    partition = header(written, PARTITION_HEADER)
+    if partition is not None:
+        return int(partition), int(header(written, OFFSET_HEADER) or b"-1")
+    p, o = (written.key or b"").decode().lstrip("p").split("-")
+    return int(p), int(o)
+
+
+class Harness:
+    """One consumer over fake clients.
+
+    Args:
+        tmp_path: where the placeholder model file goes (settings check it exists).
+        signature: the model signature the fake session serves (digits).
+        clock: the fake clock (also the consumer's sleep).
+        settings: overrides of the test defaults (batches of 4 rows, no batch delay, commit after every ack).
+    """
+
+    def __init__(self, tmp_path: Path, signature: ModelSignature, clock: FakeClock, **settings: Any) -> None:
+        model = tmp_path / "model.onnx"
+        model.write_bytes(b"placeholder")
+        self.clock = clock
+        self.cluster = FakeCluster(partitions=3)
+        self.clients = FakeClients(self.cluster, clock, batch_records=4)
+        self.consumer = self.clients.consumer_
+        defaults: dict[str, Any] = {
+            "model_path": model,
+            "requests_topic": REQUESTS,
+            "results_topic": RESULTS,
+            "dead_letter_topic": DLQ,
+            "group_id": "g",
+            "http_port": 0,
+            "max_batch_size": 4,
+            "max_batch_delay_ms": 0,
+            "commit_interval_ms": 0,
+        }
+        self.settings = Settings(**{**defaults, **settings})
+        self.session = FakeSession()
+        self.metrics = Metrics(CollectorRegistry())
+        self.app = StreamInferApp(
+            self.settings,
+            fake_runner(signature, self.session),
+            self.metrics,
+            clock=clock,
+            wall_clock=lambda: 1_000_000.0,
+            sleep=clock.sleep,
+            clients=self.clients,
+        )
+
+    async def start(self, partitions: tuple[int, ...] = (0, 1)) -> None:
+        await self.app.start()
+        await self.consumer.assign({TopicPartition(REQUESTS, p) for p in partitions})
+
+    def send(self, partition: int, values: list[bytes]) -> None:
+        """Append requests to a partition; each keyed (and so correlated) ``p<partition>-<offset>``."""
+        tp = TopicPartition(REQUESTS, partition)
+        first = len(self.consumer.records[tp])
+        keys = [f"p{partition}-{first + i}".encode() for i in range(len(values))]
+        self.consumer.add(tp, values, keys)
+
+    async def until(self, condition: Callable[[], bool], steps: int = 5000) -> None:
+        """Let the consumer's tasks run (no time passes) until ``condition()``.
+
+        Raises:
+            AssertionError: it never held.
+        """
+        for _ in range(steps):
+            if condition():
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("condition never held")
+
+    async def until_in_time(
+        self, condition: Callable[[], bool], step_ms: float = 100, limit_ms: float = 60_000
+    ) -> None:
+        """Let the tasks run, advancing the fake clock by ``step_ms`` whenever they are idle (backoffs, timeouts),
+        until ``condition()``.
+
+        Raises:
+            AssertionError: it did not hold within ``limit_ms`` of fake time.
+        """
+        waited = 0.0
+        while waited <= limit_ms:
+            await self.idle()
+            if condition():
+                return
+            self.clock.advance_ms(step_ms)
+            waited += step_ms
+        raise AssertionError(f"condition did not hold within {limit_ms} ms")
+
+    async def idle(self, steps: int = 200) -> None:
+        """Let the tasks run for a while (no time passes)."""
+        for _ in range(steps):
+            await asyncio.sleep(0)
+
+    def results(self) -> list[Written]:
+        return self.cluster.records(RESULTS)
+
+    def dead_letters(self) -> list[Written]:
+        return self.cluster.records(DLQ)
+
+    def reasons(self) -> dict[tuple[int, int], str]:
+        return {source_of(w): (header(w, REASON_HEADER) or b"").decode() for w in self.dead_letters()}
+
+    def committed(self, partition: int) -> int | None:
+        return self.cluster.committed.get(TopicPartition(REQUESTS, partition))
+
+    def handed_over(self) -> list[Written]:
+        """Every answer in the order the producers were handed it (batch by batch)."""
+        return [w for batch in self.cluster.batches for w in batch]
+
+    async def stop(self, step_ms: float = 100, limit_ms: float = 60_000) -> None:
+        """Stop the consumer, letting fake time pass while it drains (a fetch call ends on its timeout)."""
+        stopping = asyncio.ensure_future(self.app.stop())
+        await self.until_in_time(stopping.done, step_ms=step_ms, limit_ms=limit_ms)
+        await stopping

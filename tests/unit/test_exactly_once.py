@@ -1,0 +1,137 @@
+"""exactly_once delivery logic over in-memory clients and a fake clock: windows, aborts and re-reads, fencing,
+the size ladder across re-reads, revokes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaTimeoutError, RecordTooLargeError
+
+from consumer.schema import ModelSignature
+from tests.unit.fakes import FakeClock, FakeProducer, Written
+from tests.unit.harness import RESULTS, Harness, digits_value, source_of
+
+pytestmark = pytest.mark.asyncio
+
+WINDOW_MS = 100
+
+
+def eos(tmp_path: Path, signature: ModelSignature, clock: FakeClock, **settings: object) -> Harness:
+    return Harness(tmp_path, signature, clock, delivery="exactly_once", commit_interval_ms=WINDOW_MS, **settings)
+
+
+def txn_producer(h: Harness, partition: int) -> FakeProducer:
+    name = f"streaminfer-txn-{partition}"
+    return [p for p in h.clients.producers if p.name == name][-1]
+
+
+async def test_a_window_commits_its_answers_with_the_next_offsets(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+    await h.start()
+    assert {p.transactional_id for p in h.clients.producers} == {
+        "streaminfer-g-requests-0",
+        "streaminfer-g-requests-1",
+    }  # opened on assignment: this fences any zombie of the partitions
+    h.send(0, [digits_value(), b"not json", digits_value(rows=2)])
+    h.send(1, [digits_value() for _ in range(5)])
+    await h.until(lambda: len(h.cluster.batches) >= 3)
+    await h.idle()
+    assert h.results() == []  # written inside open transactions: nothing visible yet
+    assert h.committed(0) is None
+    await h.until_in_time(lambda: h.committed(0) == 3 and h.committed(1) == 5, step_ms=WINDOW_MS)
+    assert len(h.results()) == 7
+    assert h.reasons() == {(0, 1): "invalid_json"}
+    assert txn_producer(h, 0).transactions == ["commit"]
+    assert h.app.in_flight_rows == 0
+    await h.stop()
+
+
+async def test_a_failed_transaction_is_aborted_and_its_window_answered_again_exactly_once(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+    failures = iter([KafkaTimeoutError()])
+
+    def once(topic: str, partition: int, records: list[Written]) -> BaseException | None:
+        return next(failures, None) if topic == RESULTS else None
+
+    h.cluster.policy = once
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value() for _ in range(6)])
+    await h.until_in_time(lambda: h.committed(0) == 6, step_ms=WINDOW_MS)
+    assert txn_producer(h, 0).transactions == ["abort", "commit"]
+    assert sorted(source_of(w)[1] for w in h.results()) == list(range(6))  # each answer once
+    assert h.metrics.registry.get_sample_value("streaminfer_produce_retries_total") == 6
+    assert h.metrics.registry.get_sample_value("streaminfer_records_total", {"outcome": "result"}) == 6
+    await h.stop()
+
+
+async def test_a_fenced_producer_drops_the_window_and_a_new_producer_answers_it(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value() for _ in range(3)])
+    await h.until(lambda: len(h.cluster.batches) >= 1)
+    zombie = txn_producer(h, 0)
+    zombie.fenced = True  # another producer with its transactional.id started
+    await h.until_in_time(lambda: h.committed(0) == 3, step_ms=WINDOW_MS)
+    assert zombie.stopped
+    assert txn_producer(h, 0) is not zombie
+    assert sorted(source_of(w)[1] for w in h.results()) == [0, 1, 2]
+    await h.stop()
+
+
+async def test_the_size_ladder_survives_the_aborted_windows(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+
+    def refuse_the_big_one(topic: str, partition: int, records: list[Written]) -> BaseException | None:
+        big = topic == RESULTS and any(len(w.value or b"") > 2000 for w in records)
+        return RecordTooLargeError() if big else None
+
+    h.cluster.policy = refuse_the_big_one
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value(), digits_value(rows=100), digits_value()])
+    await h.until_in_time(lambda: h.committed(0) == 3, step_ms=WINDOW_MS)
+    assert h.reasons() == {(0, 1): "result_too_large"}
+    assert sorted(source_of(w)[1] for w in h.results()) == [0, 2]
+    assert txn_producer(h, 0).transactions[-1] == "commit"
+    await h.stop()
+
+
+async def test_revoke_waits_for_the_open_window_then_closes_the_partitions_producer(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+    await h.start()
+    h.send(0, [digits_value() for _ in range(4)])
+    await h.until(lambda: len(h.cluster.batches) >= 1)
+    producer = txn_producer(h, 0)
+    revoke = asyncio.ensure_future(h.consumer.revoke({TopicPartition("requests", 0)}))
+    started = clock()
+    await h.until_in_time(revoke.done, step_ms=10)
+    assert clock() - started <= (h.settings.fetch_timeout_ms + 10) / 1000  # the window ended at its next fetch
+    assert h.committed(0) == 4  # and committed before the partition went
+    assert producer.stopped
+    h.send(1, [digits_value() for _ in range(2)])
+    await h.until_in_time(lambda: h.committed(1) == 2, step_ms=WINDOW_MS)
+    await h.stop()
+
+
+async def test_a_window_ends_once_max_in_flight_rows_are_held(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock, max_in_flight_rows=4, fetch_max_records=3)
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value() for _ in range(10)])
+    await h.until(lambda: h.committed(0) == 8)  # no time passes: these windows are cut by the rows they hold
+    assert txn_producer(h, 0).transactions == ["commit", "commit"]
+    await h.until_in_time(lambda: h.committed(0) == 10, step_ms=WINDOW_MS)  # the last one by its deadline
+    await h.stop()
