@@ -145,7 +145,8 @@ class AnswerWriter:
     Args:
         records: builds each answer's record.
         ladder: the size ladder (the client limit is checked here, refusals are judged by the caller).
-        metrics: ``streaminfer_stage_seconds_total{stage="produce"}``.
+        metrics: ``streaminfer_stage_seconds_total{stage="produce"}``: the write's own time, without the time the
+            client makes it wait for a partition's previous batch to be sent.
         clock: monotonic seconds.
         wall_clock: epoch seconds (record timestamps, ms).
     """
@@ -163,6 +164,7 @@ class AnswerWriter:
         self._metrics = metrics.stage_seconds.labels("produce")
         self._clock = clock
         self._wall_clock = wall_clock
+        self._waited = 0.0  # of the current write: time the client made us wait, seconds
 
     async def write(self, producer: ProducerClient, works: Sequence[Work]) -> list[Sent]:
         """Append ``works``' answers in order and hand every batch to ``producer``. A ``solo`` answer travels in a
@@ -176,6 +178,7 @@ class AnswerWriter:
         """
         sent: list[Sent] = []
         started = self._clock()
+        self._waited = 0.0
         try:
             answers = [self._fit(work) for work in works]
             try:
@@ -194,7 +197,9 @@ class AnswerWriter:
                     alone.works.append(work)
                     lone = await self._send(producer, destination, alone)
                     sent.append(lone)
+                    waiting = self._clock()
                     await asyncio.wait([lone.future])
+                    self._waited += self._clock() - waiting
                     if lone.future.exception() is not None:
                         rest = list(works[index + 1 :])
                         if rest:
@@ -211,7 +216,7 @@ class AnswerWriter:
                 slot.works.append(work)
             await self._flush(producer, open_batches, sent)
         finally:
-            self._metrics.inc(self._clock() - started)
+            self._metrics.inc(max(0.0, self._clock() - started - self._waited))
         return sent
 
     @staticmethod
@@ -248,14 +253,16 @@ class AnswerWriter:
             sent.append(await self._send(producer, destination, slot))
         open_batches.clear()
 
-    @staticmethod
-    async def _send(producer: ProducerClient, destination: tuple[str, int], slot: _Open) -> Sent:
+    async def _send(self, producer: ProducerClient, destination: tuple[str, int], slot: _Open) -> Sent:
+        handed = self._clock()
         try:
             future = await producer.send_batch(slot.builder, destination[0], partition=destination[1])
         except (KafkaError, *TOO_LARGE) as exc:
             future = failed_future(exc)
         except Exception as exc:  # noqa: BLE001 (aiokafka's IllegalOperation after fencing is not a KafkaError)
             future = failed_future(exc)
+        finally:
+            self._waited += self._clock() - handed  # the client waits for the partition's previous batch to go
         return Sent(destination, slot.works, future)
 
 

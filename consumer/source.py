@@ -1,7 +1,8 @@
 """Kafka in: the group member that fetches request records under a budget.
 
-- **Fetch** (:meth:`Source.fetch`): ``getmany`` for at most as many records as the caller has room for; its time
-  goes to ``streaminfer_stage_seconds_total{stage="fetch"}`` (the client parses records inside this call).
+- **Fetch** (:meth:`Source.fetch`): ``getmany`` for at most as many records as the caller has room for; the time of
+  calls that returned records goes to ``streaminfer_stage_seconds_total{stage="fetch"}`` (the client parses records
+  inside this call).
 - **Backpressure** (:meth:`Source.throttle`): every assigned partition is paused while the caller is full, and
   resumed below it. Fetch calls go on while paused, so the member stays in the group however slow the model is.
 - **Undecodable records**: when the client raises while parsing a fetched batch (e.g. a header key that is not
@@ -100,9 +101,10 @@ class Source:
             )
         except UnicodeDecodeError as exc:  # the client cannot parse a record: find it and dead-letter it
             fetched = await self._isolate_undecodable(exc)
-        self._stage.inc(self._clock() - started)
-        if fetched and self._fetch_is_progress:
-            self._progress.mark()
+        if fetched:  # a call that only waited for records costs the loop nothing
+            self._stage.inc(self._clock() - started)
+            if self._fetch_is_progress:
+                self._progress.mark()
         return fetched
 
     def throttle(self, full: bool) -> None:

@@ -13,7 +13,8 @@ import pytest
 from producer_tools import bench
 
 LAST_LINE = re.compile(
-    r"^bench: digits_vs_passthrough=(\d+\.\d\d) digits_vs_naive=(\d+\.\d\d) minilm_vs_bare_ort=(\d+\.\d\d)$"
+    r"^bench: digits_vs_passthrough=(\d+\.\d\d) digits_vs_naive=(\d+\.\d\d) minilm_vs_bare_ort=(\d+\.\d\d) "
+    r"digits_eos_vs_alo=(\d+\.\d\d)$"
 )
 
 
@@ -42,6 +43,7 @@ def test_quick_bench_runs_every_mode(
     printed = capsys.readouterr().out.strip().splitlines()
     match = LAST_LINE.match(printed[-1])
     assert match, printed[-1]
+    assert any(line.startswith("stages (digits streaminfer b64/d5ms), us/record: fetch=") for line in printed)
 
     result = json.loads((out / "bench.json").read_text())
     assert all(r > 0 for r in result["ratios"].values()), result["ratios"]  # the small text model: R3 rounds to 0
@@ -50,6 +52,8 @@ def test_quick_bench_runs_every_mode(
     for expected in [
         ("digits", "naive"),
         ("digits", "passthrough"),
+        ("digits", "decode-encode"),
+        ("digits", "streaminfer-eos"),
         ("digits", "bare-ort"),
         ("digits", "streaminfer"),
         ("digits", "streaminfer-binary"),
@@ -60,12 +64,14 @@ def test_quick_bench_runs_every_mode(
     ]:
         assert expected in modes, f"no {expected} run"
     for r in runs:
-        if r["mode"] in ("passthrough", "streaminfer", "streaminfer-binary"):
+        if r["mode"] in ("passthrough", "decode-encode", "streaminfer", "streaminfer-binary", "streaminfer-eos"):
             assert r["records"] == (result["records"] if r["model"] == "digits" else 200), r
             assert r["throughput_rps"] > 0
             assert r["peak_rss_mib"] > 10
         if r["mode"] == "streaminfer":
             assert sum(1 for v in r["batch_rows"].values() if v > 0) > 0
+            assert r["extra"]["stage_us"]["decode"] > 0  # the consumer's own per-stage costs
+            assert r["extra"]["stage_us"]["produce"] > 0
         if r["mode"] in ("open-loop", "lone"):
             assert r["p50_ms"] > 0
             assert r["p99_ms"] >= r["p50_ms"]

@@ -8,7 +8,7 @@ import pytest
 
 from producer_tools.bench import latency_pcts, mean_batch, summary_line, throughput
 
-LAST = "bench: digits_vs_passthrough=0.60 digits_vs_naive=125.00 minilm_vs_bare_ort=0.93"
+LAST = "bench: digits_vs_passthrough=0.60 digits_vs_naive=125.00 minilm_vs_bare_ort=0.93 digits_eos_vs_alo=0.81"
 
 
 def test_throughput_from_append_times() -> None:
@@ -32,5 +32,10 @@ def test_mean_batch_from_cumulative_buckets() -> None:
 
 
 def test_summary_line_form() -> None:
-    ratios = {"digits_vs_passthrough": 0.6, "digits_vs_naive": 125.0, "minilm_vs_bare_ort": 0.934}
+    ratios = {
+        "digits_vs_passthrough": 0.6,
+        "digits_vs_naive": 125.0,
+        "minilm_vs_bare_ort": 0.934,
+        "digits_eos_vs_alo": 0.805,
+    }
     assert summary_line(ratios) == LAST

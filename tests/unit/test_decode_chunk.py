@@ -1,0 +1,176 @@
+"""decode_chunk gives, record for record, exactly what decode_request gives: the same arrays (dtype and bits), the
+same ids, rows and requested outputs, the same dead-letter reason and message, whatever the chunk mixes."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from consumer.errors import RecordError
+from consumer.oip.client import encode_request_binary
+from consumer.oip.decode import DecodedRequest, Limits, decode_chunk, decode_one
+from consumer.oip.wire import BINARY_HEADER
+from consumer.schema import ModelSignature, TensorSpec
+from producer_tools.poison import catalogue
+
+LIMITS = Limits(max_record_bytes=100_000, max_record_rows=16)
+
+TWO_INPUTS = ModelSignature(
+    name="two",
+    version="1",
+    inputs=(
+        TensorSpec("a", np.dtype(np.float32), (None, 3)),
+        TensorSpec("b", np.dtype(np.int64), (None, 2)),
+    ),
+    outputs=(TensorSpec("y", np.dtype(np.float32), (None,)),),
+)
+
+
+def req(*inputs: dict[str, Any], **extra: Any) -> bytes:
+    return orjson.dumps({"inputs": list(inputs), **extra})
+
+
+def inp(name: str, shape: list[Any], datatype: str, data: Any) -> dict[str, Any]:
+    return {"name": name, "shape": shape, "datatype": datatype, "data": data}
+
+
+def same(a: DecodedRequest | RecordError, b: DecodedRequest | RecordError) -> None:
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, RecordError):
+        assert isinstance(b, RecordError)
+        assert (a.reason, a.message) == (b.reason, b.message)
+        return
+    assert isinstance(b, DecodedRequest)
+    assert (a.id, a.rows, a.outputs, a.binary_output, a.length) == (b.id, b.rows, b.outputs, b.binary_output, b.length)
+    assert a.shape_key == b.shape_key
+    assert list(a.inputs) == list(b.inputs)
+    for name in a.inputs:
+        x, y = a.inputs[name], b.inputs[name]
+        assert x.dtype == y.dtype
+        assert x.shape == y.shape
+        assert x.tobytes() == y.tobytes(), name
+
+
+def check(values: list[bytes | None], signature: ModelSignature, headers: list[Any] | None = None) -> None:
+    headers = headers or [[] for _ in values]
+    chunk = decode_chunk(values, headers, signature, LIMITS)
+    assert len(chunk) == len(values)
+    for value, hdrs, got in zip(values, headers, chunk, strict=True):
+        same(got, decode_one(value, hdrs, signature, LIMITS))
+
+
+def digits_variants(rng: random.Random) -> list[bytes | None]:
+    row = [float(rng.randrange(17)) for _ in range(64)]
+    nested2 = [[rng.random() for _ in range(64)] for _ in range(2)]
+    return [
+        req(inp("input", [1, 64], "FP32", row)),
+        req(inp("input", [1, 64], "FP32", [row])),  # nested
+        req(inp("input", [2, 64], "FP32", nested2)),
+        req(inp("input", [2, 64], "FP32", [x for r in nested2 for x in r]), id="two"),
+        req(inp("input", [1, 64], "FP64", [rng.random() * 1e3 for _ in range(64)])),
+        req(inp("input", [1, 64], "INT64", [rng.randrange(-5, 17) for _ in range(64)])),
+        req(inp("input", [1, 64], "INT32", [2**40] + [0] * 63)),  # out of range for INT32
+        req(inp("input", [1, 64], "INT64", [2**24 + 1] + [0] * 63)),  # not exact in float32
+        req(inp("input", [1, 64], "FP32", [2**60 + 1] + [0.5] * 63)),  # an int beyond float64's exactness
+        # all ints: int64 -> float32 rounds up; via float64 (the midpoint) it would round to even, down
+        req(inp("input", [1, 64], "FP32", [2**60 + 2**36 + 1] + [0] * 63)),
+        req(inp("input", [1, 64], "FP32", [True] + [0.0] * 63)),
+        req(inp("input", [1, 64], "FP32", [None] + [0.0] * 63)),
+        req(inp("input", [1, 64], "FP32", ["1"] + [0.0] * 63)),
+        req(inp("input", [1, 64], "FP32", [1e39] + [0.0] * 63)),
+        req(inp("input", [1, 64], "FP32", [0.0] * 63)),
+        req(inp("input", [1, 64], "FP32", [[0.0] * 32, [0.0] * 32])),
+        req(inp("input", [1, 64], "FP32", row), outputs=[{"name": "probabilities"}]),
+        req(inp("input", [1, 64], "FP32", row), outputs=[{"name": "nope"}]),
+        req(inp("input", [1, 64], "FP32", row), parameters={"binary_data_output": True}),
+        req(inp("input", [1.0, 64], "FP32", row)),
+        req(inp("input", [True, 64], "FP32", row)),
+        req(inp("input", [20, 64], "FP32", [0.0] * 64 * 20)),  # above max_record_rows
+        req({**inp("input", [1, 64], "FP32", row), "parameters": {"x": 1}}),
+        req(inp("input", [1, 64], "FP32", row), inp("input", [1, 64], "FP32", row)),
+        orjson.dumps({"inputs": [inp("input", [1, 64], "FP32", row)], "id": 3}),
+        req(inp("input", [1, 64], "FP32", row), id="truest"),  # "true" in the bytes, not in the data
+        b'{"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [' + b"1.5," * 63 + b"2]}]}",
+        *(p.value for p in catalogue()),
+    ]
+
+
+def test_a_mixed_digits_chunk_decodes_as_record_by_record(digits_signature: ModelSignature) -> None:
+    rng = random.Random(11)
+    values = [v for _ in range(3) for v in digits_variants(rng)]
+    rng.shuffle(values)
+    check(values, digits_signature)
+
+
+def test_a_chunk_of_valid_records_is_decoded_as_one_block(digits_signature: ModelSignature) -> None:
+    rng = random.Random(5)
+    values = [req(inp("input", [1, 64], "FP32", [rng.random() for _ in range(64)])) for _ in range(50)]
+    chunk = decode_chunk(values, [[]] * 50, digits_signature, LIMITS)
+    blocks = {id(r.block) for r in chunk if isinstance(r, DecodedRequest)}
+    assert len(blocks) == 1  # one array for the whole group
+    assert [r.start for r in chunk if isinstance(r, DecodedRequest)] == list(range(50))
+    check(values, digits_signature)
+
+
+def test_one_bad_record_does_not_change_its_groups_neighbours(digits_signature: ModelSignature) -> None:
+    good = [req(inp("input", [1, 64], "FP32", [float(i)] * 64)) for i in range(10)]
+    bad = req(inp("input", [1, 64], "FP32", [None] * 64))
+    values = [*good[:5], bad, *good[5:]]
+    chunk = decode_chunk(values, [[]] * 11, digits_signature, LIMITS)
+    assert isinstance(chunk[5], RecordError)
+    assert chunk[5].reason.value == "null_value"
+    assert [float(r.inputs["input"][0, 0]) for r in chunk if isinstance(r, DecodedRequest)] == list(range(10))
+    check(values, digits_signature)
+
+
+def test_binary_records_and_headers_are_decoded_on_their_own(digits_signature: ModelSignature) -> None:
+    x = np.arange(128, dtype=np.float32).reshape(2, 64)
+    value, length = encode_request_binary("b", {"input": x})
+    values: list[bytes | None] = [value, req(inp("input", [1, 64], "FP32", [0.0] * 64)), value]
+    headers = [[(BINARY_HEADER, str(length).encode())], [], [(BINARY_HEADER.upper(), b"x")]]
+    check(values, digits_signature, headers)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_two_input_models(seed: int) -> None:
+    rng = random.Random(seed)
+    values: list[bytes | None] = []
+    for _ in range(40):
+        rows = rng.choice([1, 2])
+        a = inp("a", [rows, 3], rng.choice(["FP32", "FP64", "INT32"]), [rng.randrange(9) for _ in range(3 * rows)])
+        b = inp("b", [rows, 2], rng.choice(["INT64", "INT8", "FP32"]), [rng.randrange(-3, 3) for _ in range(2 * rows)])
+        order = [a, b] if rng.random() < 0.5 else [b, a]
+        if rng.random() < 0.1:
+            order = [a]  # a missing input
+        if rng.random() < 0.1:
+            b["shape"] = [rows + 1, 2]  # rows disagree
+        values.append(req(*order))
+    check(values, TWO_INPUTS)
+
+
+def test_integers_beyond_float64_exactness_keep_their_own_cast(digits_signature: ModelSignature) -> None:
+    """2**60 + 2**36 + 1 as int64 -> float32 rounds up; through float64 (where it is the midpoint) it would round to
+    even, down. A chunk holding it next to float records must not take the float64 path."""
+    big = 2**60 + 2**36 + 1
+    values = [req(inp("input", [1, 64], "FP32", [0.5] * 64)) for _ in range(3)]
+    values.append(req(inp("input", [1, 64], "FP32", [big] + [0] * 63)))
+    chunk = decode_chunk(values, [[]] * 4, digits_signature, LIMITS)
+    last = chunk[-1]
+    assert isinstance(last, DecodedRequest)
+    assert float(last.inputs["input"][0, 0]) == float(np.float32(np.int64(big)))
+    check(values, digits_signature)
+
+
+def test_a_group_of_integer_and_float_rows_decodes_as_one_block(digits_signature: ModelSignature) -> None:
+    rng = random.Random(3)
+    values = []
+    for i in range(30):
+        data: list[Any] = [rng.randrange(17) for _ in range(64)] if i % 2 else [rng.random() for _ in range(64)]
+        values.append(req(inp("input", [1, 64], "FP32", data), id=f"r{i}"))
+    chunk = decode_chunk(values, [[]] * 30, digits_signature, LIMITS)
+    assert all(isinstance(r, DecodedRequest) and r.block is not None for r in chunk)
+    check(values, digits_signature)
