@@ -21,7 +21,8 @@ from aiokafka import TopicPartition
 from consumer.errors import DeadLetterReason, DecodeError, RecordError
 from consumer.metrics import Metrics
 from consumer.offsets import OffsetTracker
-from consumer.oip.decode import DecodedRequest, Limits, decode_chunk
+from consumer.oip.chunk import decode_chunk
+from consumer.oip.decode import DecodedRequest, Limits
 from consumer.oip.wire import correlation_id
 from consumer.schema import ModelSignature
 from consumer.sequence import TextEncoder
@@ -84,18 +85,22 @@ class Intake:
         else:
             parsed = await asyncio.get_running_loop().run_in_executor(self._decoder, self._parse, records)
         works: list[Work] = []
-        outcomes = iter(parsed)
+        append = works.append
+        first = 0
         for tp, recs in fetched.items():
+            track = tracker.partition(tp).track
             offsets = tracker.partition(tp)
-            for rec in recs:
-                outcome = next(outcomes)
-                offsets.track(rec.offset)
-                if isinstance(outcome, DecodedRequest):
-                    cid = correlation_id(rec.headers, outcome.id, rec.key, f"{tp.topic}:{tp.partition}:{rec.offset}")
-                    works.append(Work(rec, tp, offsets, cid, outcome, None, outcome.rows, started))
+            topic, partition = tp.topic, tp.partition
+            for rec, outcome in zip(recs, parsed[first : first + len(recs)], strict=True):
+                offset = rec.offset
+                track(offset)
+                if type(outcome) is DecodedRequest:
+                    cid = correlation_id(rec.headers, outcome.id, rec.key, (topic, partition, offset))
+                    append(Work(rec, tp, offsets, cid, outcome, None, outcome.rows, started))
                 else:
-                    cid = correlation_id(rec.headers, None, rec.key, f"{tp.topic}:{tp.partition}:{rec.offset}")
-                    works.append(Work(rec, tp, offsets, cid, None, outcome, 1, started))
+                    cid = correlation_id(rec.headers, None, rec.key, (topic, partition, offset))
+                    append(Work(rec, tp, offsets, cid, None, outcome, 1, started))  # type: ignore[arg-type]
+            first += len(recs)
         elapsed = self._clock() - started
         self._stage.inc(elapsed)
         self._metrics.preprocess_seconds.observe(elapsed / len(records), len(records))
@@ -103,18 +108,10 @@ class Intake:
 
     def _parse(self, records: list[Any]) -> list[DecodedRequest | RecordError]:
         """Decode and validate every record (thread-safe: reads only the signature, limits and tokenizer)."""
-        values: list[bytes | None] = []
-        headers: list[Any] = []
-        stand_ins: dict[int, RecordError] = {}
-        for i, rec in enumerate(records):
-            if isinstance(rec, UndecodableRecord):
-                stand_ins[i] = DecodeError(DeadLetterReason.UNDECODABLE_RECORD, rec.error)
-                values.append(None)
-                headers.append(())
-            else:
-                values.append(rec.value)
-                headers.append(rec.headers)
+        stand_ins = {i: rec for i, rec in enumerate(records) if type(rec) is UndecodableRecord}
+        values = [rec.value for rec in records]
+        headers = [rec.headers for rec in records]
         outcomes = decode_chunk(values, headers, self._signature, self._limits, self._text)
-        for i, err in stand_ins.items():
-            outcomes[i] = err
+        for i, rec in stand_ins.items():
+            outcomes[i] = DecodeError(DeadLetterReason.UNDECODABLE_RECORD, rec.error)
         return outcomes

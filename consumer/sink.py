@@ -50,6 +50,9 @@ REQUEST_TIMESTAMP_HEADER = "streaminfer.request.timestamp_ms"
 
 VALUE_DROPPED_HEADER = "streaminfer.error.original_value_bytes"
 
+_JSON = ("content-type", b"application/json")
+_OCTET_STREAM = ("content-type", b"application/octet-stream")
+
 #: Longest message written to a dead letter's message header, characters.
 MAX_MESSAGE_CHARS = 1000
 #: In a reduced dead letter (the full one is too large to produce), each header value is cut to this, bytes.
@@ -85,13 +88,19 @@ class AnswerRecords:
         Args:
             json_length: a binary data extension response: the JSON part's length, bytes; None for JSON.
         """
-        headers: Headers = [
-            (CORRELATION_HEADER, correlation_id),
-            ("content-type", b"application/json" if json_length is None else b"application/octet-stream"),
-            (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
-        ]
-        if json_length is not None:
-            headers.append((BINARY_HEADER, str(json_length).encode()))
+        if json_length is None:
+            headers: Headers = [
+                (CORRELATION_HEADER, correlation_id),
+                _JSON,
+                (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
+            ]
+        else:
+            headers = [
+                (CORRELATION_HEADER, correlation_id),
+                _OCTET_STREAM,
+                (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
+                (BINARY_HEADER, str(json_length).encode()),
+            ]
         return self.results_topic, record.key, value, headers
 
     def dead_letter(

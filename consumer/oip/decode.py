@@ -21,15 +21,13 @@ default) of shape ``[rows]``, one UTF-8 string per row.
 
 Validation is strict and happens before anything reaches ONNX Runtime; every failure is a
 :class:`~consumer.errors.RecordError` whose reason is one of :class:`~consumer.errors.DeadLetterReason`.
-:func:`decode_chunk` gives exactly what :func:`decode_request` gives record by record, faster: records that declare
-the same inputs are parsed into one array and checked together, and only a group that fails is decoded again
-record by record, to name the culprit with the same reason and message.
+:func:`consumer.oip.chunk.decode_chunk` gives exactly what :func:`decode_request` gives record by record, faster.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,9 +52,6 @@ if TYPE_CHECKING:
 
 #: The attention mask input of a sequence model (Hugging Face name).
 MASK = "attention_mask"
-#: Integers above this are not exact in float64: a chunk holding them is decoded record by record (a float32
-#: input then gets each record's own int64 -> float32 cast, never float64 -> float32).
-_EXACT_IN_FLOAT64 = 2**53
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,185 +257,6 @@ def decode_one(
         return decode_request(value, signature, limits, json_length=binary_header_length(headers), text=text)
     except RecordError as err:
         return err
-
-
-#: (datatype, shape) of every model input, in the model's input order: the records of one group stack.
-_GroupKey = tuple[tuple[str, tuple[int, ...]], ...]
-
-
-#: A record that parsed as a well-formed plain JSON request, its values not yet checked: (index in the chunk,
-#: request id, requested outputs, binary_data_output, each model input's ``data`` in input order).
-_Parsed = tuple[int, str | None, tuple[str, ...] | None, bool, list[list[Any]]]
-
-
-def decode_chunk(
-    values: Sequence[bytes | None],
-    headers: Sequence[Headers],
-    signature: ModelSignature,
-    limits: Limits,
-    text: TextEncoder | None = None,
-) -> list[DecodedRequest | RecordError]:
-    """Decode and validate a fetched chunk of records: the same outcome, record for record, as :func:`decode_one`.
-
-    Plain JSON requests of a fixed-shape model that declare the same ``(datatype, shape)`` for every input form a
-    group; each input of a group is parsed into one array ``[records x rows, ...]`` and checked with one set of
-    reductions. A group whose array or checks fail, a binary-extension record, a record that may hold booleans,
-    sequence models and text are decoded record by record.
-
-    Args:
-        values: the record values, in fetch order.
-        headers: each record's headers.
-
-    Returns:
-        One :class:`DecodedRequest` (its ``inputs`` views of the group's ``block``) or
-        :class:`~consumer.errors.RecordError` per record, in order.
-    """
-    out: list[DecodedRequest | RecordError | None] = [None] * len(values)
-    if signature.sequence is not None or text is not None:
-        return [decode_one(v, h, signature, limits, text) for v, h in zip(values, headers, strict=True)]
-    groups: dict[_GroupKey, list[_Parsed]] = {}
-    for i, (value, hdrs) in enumerate(zip(values, headers, strict=True)):
-        parsed = _parse_plain(i, value, hdrs, signature, limits)
-        if parsed is None:
-            out[i] = decode_one(value, hdrs, signature, limits)
-        else:
-            groups.setdefault(parsed[0], []).append(parsed[1])
-    for key, members in groups.items():
-        decoded = _decode_group(key, members, signature, limits)
-        if decoded is None:
-            for member in members:
-                i = member[0]
-                out[i] = decode_one(values[i], headers[i], signature, limits)
-        else:
-            for member, request in zip(members, decoded, strict=True):
-                out[member[0]] = request
-    return out  # type: ignore[return-value]  # every slot is filled above
-
-
-def _parse_plain(
-    index: int, value: bytes | None, headers: Headers, signature: ModelSignature, limits: Limits
-) -> tuple[_GroupKey, _Parsed] | None:
-    """Parse ``value`` if it is a plain JSON request whose fields are all well formed and name exactly the model's
-    inputs; None when anything is off (the record is then decoded on its own, which names the problem)."""
-    if not value or len(value) > limits.max_record_bytes or b"true" in value or b"false" in value:
-        return None
-    for header, _ in headers:
-        if header.lower() == BINARY_HEADER:
-            return None
-    try:
-        body = orjson.loads(value)
-        raw_inputs = body["inputs"]
-    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
-        return None
-    specs = signature.inputs
-    if type(body) is not dict or type(raw_inputs) is not list or len(raw_inputs) != len(specs):
-        return None
-    request_id = body.get("id")
-    parameters = body.get("parameters")
-    if (request_id is not None and type(request_id) is not str) or (
-        parameters is not None and type(parameters) is not dict
-    ):
-        return None
-    outputs = None
-    if "outputs" in body:
-        try:
-            outputs = requested_outputs(body["outputs"], signature)
-        except RecordError:
-            return None
-    binary_output = bool(parameters and parameters.get("binary_data_output") is True)
-    if len(specs) == 1:  # the common case: one input, no name lookups
-        item = raw_inputs[0]
-        declared = _declared(item)
-        if declared is None or item["name"] != specs[0].name:
-            return None
-        return (declared,), (index, request_id, outputs, binary_output, [item["data"]])
-    by_name: dict[str, dict[str, Any]] = {}
-    for item in raw_inputs:
-        if _declared(item) is None or item["name"] in by_name:
-            return None
-        by_name[item["name"]] = item
-    key = []
-    data = []
-    for spec in specs:
-        item = by_name.get(spec.name)
-        if item is None:
-            return None
-        key.append((item["datatype"], tuple(item["shape"])))
-        data.append(item["data"])
-    return tuple(key), (index, request_id, outputs, binary_output, data)
-
-
-def _declared(item: object) -> tuple[str, tuple[int, ...]] | None:
-    """(datatype, shape) of a well-formed plain input object (str name, int shape >= 0, str datatype, list data,
-    no parameters); None otherwise."""
-    if type(item) is not dict or "parameters" in item:
-        return None
-    try:
-        name, shape, datatype, data = item["name"], item["shape"], item["datatype"], item["data"]
-    except KeyError:
-        return None
-    if type(name) is not str or type(shape) is not list or type(datatype) is not str or type(data) is not list:
-        return None
-    for d in shape:
-        if type(d) is not int or d < 0:
-            return None
-    return datatype, tuple(shape)
-
-
-def _decode_group(
-    key: _GroupKey, members: list[_Parsed], signature: ModelSignature, limits: Limits
-) -> list[DecodedRequest] | None:
-    """Parse and check a group's inputs as one array each; None when any check fails (decode record by record)."""
-    n = len(members)
-    block: dict[str, np.ndarray] = {}
-    rows: int | None = None
-    for j, spec in enumerate(signature.inputs):
-        datatype, shape = key[j]
-        try:
-            declared = check_declaration(spec, datatype, shape, limits.max_record_rows)
-        except ValidationError:
-            return None
-        if rows is None:
-            rows = shape[0]
-        elif shape[0] != rows:
-            return None
-        try:
-            # Floats: parsed straight into float64 (a null becomes NaN, which the range check refuses; integers
-            # are exact below 2**53, checked below). Integers: numpy's own choice, so they stay exact.
-            arr = np.array([m[4][j] for m in members], dtype=np.float64 if declared.kind == "f" else None)
-        except (ValueError, TypeError, OverflowError):
-            return None
-        if arr.shape != (n, math.prod(shape)) and arr.shape != (n, *shape):
-            return None
-        kind = arr.dtype.kind
-        if kind not in "iuf" or (kind == "f" and declared.kind in "iu"):
-            return None
-        try:
-            check_values(spec.name, arr, declared, spec.dtype)
-        except ValidationError:
-            return None
-        if kind == "f" and arr.size and max(-float(arr.min()), float(arr.max())) > _EXACT_IN_FLOAT64:
-            return None
-        block[spec.name] = np.ascontiguousarray(arr.reshape(n * shape[0], *shape[1:]), dtype=spec.dtype)
-    try:
-        check_ranges(block, signature)
-    except ValidationError:
-        return None
-    assert rows is not None
-    shape_key = tuple((name, arr.shape[1:]) for name, arr in sorted(block.items()))
-    return [
-        DecodedRequest(
-            m[1],
-            None,
-            rows,
-            m[2],
-            binary_output=m[3],
-            block=block,
-            start=k * rows,
-            shape_key=shape_key,
-        )
-        for k, m in enumerate(members)
-    ]
 
 
 def _sequence_request(

@@ -127,7 +127,10 @@ class Bench:
         return run
 
     async def closed_worker(self, mode: str, model: Path, backlog: str, n: int, seconds: float) -> Run:
-        topics = {"requests": backlog, "results": await results_topic(self.bootstrap, f"{self.tag}-{mode}")}
+        topics = {
+            "requests": backlog,
+            "results": await results_topic(self.bootstrap, f"{self.tag}-{mode}-{uuid.uuid4().hex[:4]}"),
+        }
         child = start_worker(mode, self.bootstrap, topics, model, self.log(mode), seconds)
         sampler = Sampler(child.proc.pid).start()
         try:
@@ -227,7 +230,8 @@ class Bench:
     def decode_costs(self) -> None:
         """Records/s of the consumer's decoder alone (``decode_chunk`` over chunks of 200 records) for digits
         requests of 1 and 64 rows, JSON and binary."""
-        from consumer.oip.decode import Limits, decode_chunk
+        from consumer.oip.chunk import decode_chunk
+        from consumer.oip.decode import Limits
         from consumer.runner import OnnxRunner
 
         signature = OnnxRunner.load(DIGITS_MODEL, execution_provider="cpu").signature

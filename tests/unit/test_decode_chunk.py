@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 from consumer.errors import RecordError
+from consumer.oip.chunk import decode_chunk
 from consumer.oip.client import encode_request_binary
-from consumer.oip.decode import DecodedRequest, Limits, decode_chunk, decode_one
+from consumer.oip.decode import DecodedRequest, Limits, decode_one
 from consumer.oip.wire import BINARY_HEADER
 from consumer.schema import ModelSignature, TensorSpec
 from producer_tools.poison import catalogue
