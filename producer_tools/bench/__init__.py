@@ -13,7 +13,8 @@ Modes, each run as its own process against the same real broker, on the same bac
   max_batch_delay_ms, with binary-extension requests instead of JSON, and with ``--delivery exactly_once``
   (results read with ``read_committed``);
 - **bare ORT**: ONNX Runtime alone over the same tensors at the same batch size, in this process: the compute
-  ceiling (MiniLM: sorted by length and padded per batch, its best case).
+  ceiling (MiniLM: texts sorted by length and padded per batch, the fastest of three batchings: ``--minilm-batch``
+  rows, half of them, and ``--minilm-batch`` rows capped at 1,024 padded tokens; on CPU the smaller ones win).
 
 Closed loop: a mode drains a backlog; throughput = results / (last result's append time - first result's), from
 the broker's LogAppendTime on the results topic, records/s. Open loop: requests are offered at a fixed rate for a
@@ -24,6 +25,11 @@ CPU % (of one core; 200 % = both of 2 cores) and peak RSS are read from the mode
 (sampled every 0.1 s), between readiness and the last result. streaminfer's batch-size histogram and its time per
 record in each stage (``streaminfer_stage_seconds_total``: fetch, decode, assemble, infer, encode, produce,
 commit) come from its ``/metrics``.
+
+R1 and R4 compare runs made one after another: a shared machine's speed drifts by tens of percent over minutes,
+so passthrough, streaminfer and streaminfer-eos (default settings) run ``--rounds`` times (default 3) back to back
+in a rotated order, and each ratio is the median of its per-round ratios (all of them are printed and kept in
+``bench.json`` under ``rounds``). R2 and R3 use round 1 (their gaps are far larger than the drift).
 
 Output: a table on stdout, ``bench.json`` and PNG plots in ``--out`` (default ``bench-results/``), and last::
 

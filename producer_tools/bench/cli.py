@@ -38,6 +38,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--passthrough-s", type=float, default=60.0, help="time box of the passthrough and decode-encode consumers, s"
     )
+    p.add_argument(
+        "--rounds", type=int, default=3, help="rounds of passthrough/streaminfer/eos behind the ratios (median)"
+    )
     p.add_argument("--open-s", type=float, default=8.0, help="duration of each open-loop run, s")
     p.add_argument("--lone-s", type=float, default=3.0, help="duration of the lone-record run (10 rec/s), s")
     p.add_argument("--timeout-s", type=float, default=300.0, help="longest wait for one run's results, s")
@@ -51,12 +54,15 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``streaminfer-bench``."""
     args = parser().parse_args(argv)
+    if args.command != "worker" and args.rounds < 1:
+        parser().error(f"--rounds must be >= 1, got {args.rounds}")
     if args.command == "worker":
         asyncio.run(worker(args.mode, args))
         return 0
     if args.quick:
         args.records = min(args.records, 2000)
         args.texts = min(args.texts, 200)
+        args.rounds = min(args.rounds, 2)
         args.naive_s, args.open_s, args.lone_s = min(args.naive_s, 3.0), min(args.open_s, 2.0), min(args.lone_s, 1.0)
     if not DIGITS_MODEL.is_file() and not args.skip_digits:
         raise SystemExit("streaminfer-bench: digits model missing; run make model")
@@ -69,5 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in plots(result, args.out):
         print(f"wrote {path}")
     print(f"wrote {args.out / 'bench.json'}")
+    for pair, values in result["rounds"].items():
+        print(f"rounds {pair}: " + " ".join(f"{v:.2f}" for v in values) + " (the ratio is their median)")
     print(summary_line(result["ratios"]))
     return 0

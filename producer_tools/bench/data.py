@@ -102,10 +102,12 @@ def corpus(n: int) -> list[str]:
 
 
 def sorted_batches(
-    runner: OnnxRunner, tokenizer: Path, texts: Sequence[str], size: int
+    runner: OnnxRunner, tokenizer: Path, texts: Sequence[str], size: int, max_tokens: int | None = None
 ) -> tuple[list[dict[str, np.ndarray]], float]:
     """Bare ONNX Runtime's best case for a sequence model: ``texts`` tokenized one by one, sorted by length and
-    padded per batch of ``size`` rows.
+    padded per batch of at most ``size`` rows and, with ``max_tokens``, at most that many padded tokens (rows x
+    longest; on CPU smaller batches of long texts run faster than full ones, which the consumer's
+    ``max_batch_tokens`` exploits too, so a fair ceiling has the same freedom).
 
     Returns:
         (batches, mean tokens per text): each batch input name -> INT64 ``[rows, longest]``.
@@ -117,9 +119,16 @@ def sorted_batches(
     encoder = TextEncoder(tokenizer, spec)
     parts = sorted((encoder.encode([t]) for t in texts), key=lambda p: p["input_ids"].shape[1])
     buffers = BatchBuffers({s.name: s.dtype for s in runner.signature.inputs}, spec.pad_values)
+    groups: list[list[dict[str, np.ndarray]]] = [[]]
+    for part in parts:  # ascending length: the newest part is the longest of its group
+        group = groups[-1]
+        tokens = (len(group) + 1) * part["input_ids"].shape[1]
+        if group and (len(group) == size or (max_tokens is not None and tokens > max_tokens)):
+            groups.append(group := [])
+        group.append(part)
     batches = []
-    for start in range(0, len(parts), size):
-        feeds, _, _ = buffers.pad(parts[start : start + size])
+    for group in groups:
+        feeds, _, _ = buffers.pad(group)
         batches.append({k: v.copy() for k, v in feeds.items()})
     return batches, float(np.mean([p["input_ids"].shape[1] for p in parts]))
 

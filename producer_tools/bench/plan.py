@@ -53,6 +53,8 @@ LOADS = (0.25, 0.50, 0.75)
 SWEEP_LOAD = 0.2
 #: Bare ONNX Runtime repeats its batches for at least this long, s (a digits pass takes milliseconds).
 BARE_MIN_S = 1.0
+#: Padded tokens per batch (rows x longest) of one of the MiniLM ceiling's batchings.
+CEILING_TOKENS = 1024
 #: The last line's keys, in order.
 RATIOS = ("digits_vs_passthrough", "digits_vs_naive", "minilm_vs_bare_ort", "digits_eos_vs_alo")
 #: The setting column of the baseline workers.
@@ -317,6 +319,7 @@ class Bench:
         )
         self.runs.append(eos)
         self.step("digits: streaminfer exactly_once")
+        await self.repeats(backlog, n)
         best = self.streaminfer_default("digits").throughput_rps
         for load in LOADS:
             run = await self.open_loop(DIGITS_MODEL, best * load, a.open_s, f"{int(load * 100)}% of max")
@@ -326,6 +329,39 @@ class Bench:
         lone.extra["target_ms"] = DEFAULT_SETTING[1] + lone_compute_ms.extra["batch_ms"] + 5.0
         self.runs.append(lone)
         self.step("digits: lone record")
+
+    async def repeats(self, backlog: str, n: int) -> None:
+        """Rounds 2.. of the ratios' three runs (passthrough, streaminfer and streaminfer-eos at default settings),
+        back to back and in a rotated order, so a ratio compares runs made under the same machine conditions (a
+        shared VM's speed drifts over minutes); the ratios are the medians over the rounds."""
+        b, d = DEFAULT_SETTING
+        for i in range(1, self.args.rounds):
+            order = ["passthrough", "streaminfer", "streaminfer-eos"]
+            order = order[i % 3 :] + order[: i % 3]
+            for mode in order:
+                if mode == "passthrough":
+                    run = await self.closed_worker(mode, DIGITS_MODEL, backlog, n, self.args.passthrough_s)
+                else:
+                    eos = {"delivery": "exactly_once", "transactional_id_prefix": f"bench-{self.tag}-{i}"}
+                    run = await self.closed_streaminfer(
+                        "digits", DIGITS_MODEL, backlog, n, f"b{b}/d{d:g}ms", mode, **(eos if "eos" in mode else {})
+                    )
+                run.setting = f"{run.setting}, round {i + 1}"
+                run.extra["round"] = i + 1
+                self.runs.append(run)
+            self.step(f"digits: round {i + 1}")
+
+    def rounds(self, mode: str) -> list[Run]:
+        """The default-setting runs of ``mode`` on digits, round 1 first."""
+        first = self.streaminfer_default("digits") if mode == "streaminfer" else self.find("digits", mode)
+        rest = [r for r in self.runs if r.model == "digits" and r.mode == mode and r.extra.get("round")]
+        return ([first] if first is not None else []) + rest
+
+    def paired(self, top: str, bottom: str) -> float:
+        """Median over rounds of ``top``'s throughput / ``bottom``'s (nan without a complete round)."""
+        pairs = list(zip(self.rounds(top), self.rounds(bottom), strict=False))
+        ratios = [a.throughput_rps / b.throughput_rps for a, b in pairs if b.throughput_rps > 0]
+        return float(np.median(ratios)) if ratios else math.nan
 
     async def minilm(self) -> None:
         a = self.args
@@ -337,10 +373,16 @@ class Bench:
 
         texts = corpus(a.texts)
         size = a.minilm_batch
-        batches, mean_tokens = sorted_batches(OnnxRunner.load(model, execution_provider="cpu"), tokenizer, texts, size)
+        runner = OnnxRunner.load(model, execution_provider="cpu")
+        batches, mean_tokens = sorted_batches(runner, tokenizer, texts, size)
         bare = self.bare_ort("minilm", model, batches, f"b{size} sorted")
         bare.extra["mean_tokens"] = mean_tokens
         self.runs.append(bare)
+        # On CPU smaller batches of padded text can be faster than full ones: the ceiling is the best of a few.
+        for rows, tokens in ((max(1, size // 2), None), (size, CEILING_TOKENS)):
+            other, _ = sorted_batches(runner, tokenizer, texts, rows, tokens)
+            label = f"b{rows} sorted" + (f" <={tokens} tok" if tokens else "")
+            self.runs.append(self.bare_ort("minilm", model, other, label))
         # The session options streaminfer exposes, on a share of the same batches: the defaults are the best here.
         share = batches[: max(2, len(batches) // 4)]
         options: tuple[tuple[Literal["basic", "extended", "all"], int], ...] = (
@@ -377,28 +419,28 @@ class Bench:
         return next(r for r in self.runs if r.model == model and r.mode == "streaminfer" and r.extra.get("default"))
 
     def find(self, model: str, mode: str) -> Run | None:
-        return next((r for r in self.runs if r.model == model and r.mode == mode), None)
+        return next((r for r in self.runs if r.model == model and r.mode == mode and not r.extra.get("round")), None)
 
     def ratios(self) -> dict[str, float]:
         out = dict.fromkeys(RATIOS, math.nan)
         passthrough = self.find("digits", "passthrough")
         naive = self.find("digits", "naive")
         if passthrough is not None and naive is not None:
-            digits = self.streaminfer_default("digits").throughput_rps
-            out["digits_vs_passthrough"] = digits / passthrough.throughput_rps
-            out["digits_vs_naive"] = digits / naive.throughput_rps
-        eos = self.find("digits", "streaminfer-eos")
-        if eos is not None:
-            out["digits_eos_vs_alo"] = eos.throughput_rps / self.streaminfer_default("digits").throughput_rps
-        bare = self.find("minilm", "bare-ort")
-        if bare is not None:
-            out["minilm_vs_bare_ort"] = self.streaminfer_default("minilm").throughput_rps / bare.throughput_rps
+            out["digits_vs_passthrough"] = self.paired("streaminfer", "passthrough")
+            out["digits_vs_naive"] = self.streaminfer_default("digits").throughput_rps / naive.throughput_rps
+        if self.find("digits", "streaminfer-eos") is not None:
+            out["digits_eos_vs_alo"] = self.paired("streaminfer-eos", "streaminfer")
+        bare = [r.throughput_rps for r in self.runs if r.model == "minilm" and r.mode == "bare-ort"]
+        if bare:  # the fastest batching is the ceiling
+            out["minilm_vs_bare_ort"] = self.streaminfer_default("minilm").throughput_rps / max(bare)
         return out
 
     async def run(self) -> dict[str, Any]:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "logs").mkdir(exist_ok=True)
-        steps = (0 if self.args.skip_digits else 8 + len(self.sweep) + len(LOADS)) + (0 if self.args.skip_minilm else 2)
+        steps = (0 if self.args.skip_digits else 8 + len(self.sweep) + len(LOADS) + self.args.rounds - 1) + (
+            0 if self.args.skip_minilm else 2
+        )
         with tqdm(total=steps, desc="bench", unit="step", disable=self.args.no_progress) as bar:
             self.bar = bar
             if not self.args.skip_digits:
@@ -410,4 +452,9 @@ class Bench:
             "records": self.args.records,
             "runs": [asdict(r) for r in self.runs],
             "ratios": self.ratios(),
+            "rounds": {
+                f"{top}/{bottom}": [a.throughput_rps / b.throughput_rps for a, b in zip(ta, tb, strict=False)]
+                for top, bottom in (("streaminfer", "passthrough"), ("streaminfer-eos", "streaminfer"))
+                for ta, tb in [(self.rounds(top), self.rounds(bottom))]
+            },
         }

@@ -47,6 +47,14 @@ def test_quick_bench_runs_every_mode(
 
     result = json.loads((out / "bench.json").read_text())
     assert all(r > 0 for r in result["ratios"].values()), result["ratios"]  # the small text model: R3 rounds to 0
+    for pair, key in (
+        ("streaminfer/passthrough", "digits_vs_passthrough"),
+        ("streaminfer-eos/streaminfer", "digits_eos_vs_alo"),
+    ):
+        values = result["rounds"][pair]
+        assert len(values) == 2, pair  # --quick: two rounds
+        assert result["ratios"][key] == pytest.approx(sum(values) / 2), pair  # the median of two
+        assert any(line.startswith(f"rounds {pair}: ") for line in printed)
     runs = result["runs"]
     modes = {(r["model"], r["mode"]) for r in runs}
     for expected in [
