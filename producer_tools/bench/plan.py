@@ -353,7 +353,12 @@ class Bench:
 
     def rounds(self, mode: str) -> list[Run]:
         """The default-setting runs of ``mode`` on digits, round 1 first."""
-        first = self.streaminfer_default("digits") if mode == "streaminfer" else self.find("digits", mode)
+        if mode == "streaminfer":
+            first = next(
+                (r for r in self.runs if r.model == "digits" and r.mode == mode and r.extra.get("default")), None
+            )
+        else:
+            first = self.find("digits", mode)
         rest = [r for r in self.runs if r.model == "digits" and r.mode == mode and r.extra.get("round")]
         return ([first] if first is not None else []) + rest
 
