@@ -123,16 +123,18 @@ def _plain(value: bytes, headers: Headers, limits: Limits, scan: bool) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ groups
-def _parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_GroupKey, _Parsed] | None:
-    """Parse ``value`` if it is a plain JSON request whose fields are all well formed and name exactly the model's
-    inputs; None when anything is off (the record is then decoded on its own, which names the problem)."""
+def _envelope(
+    value: bytes, signature: ModelSignature
+) -> tuple[list[Any], str | None, tuple[str, ...] | None, bool] | None:
+    """The well-formed request object around the inputs (a JSON object with one input entry per model input, a
+    string ``id`` or none, an object ``parameters`` or none, valid ``outputs`` or none): (inputs, request id,
+    requested outputs, binary_data_output); None when anything is off."""
     try:
         body = orjson.loads(value)
         raw_inputs = body["inputs"]
     except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
         return None
-    specs = signature.inputs
-    if type(body) is not dict or type(raw_inputs) is not list or len(raw_inputs) != len(specs):
+    if type(body) is not dict or type(raw_inputs) is not list or len(raw_inputs) != len(signature.inputs):
         return None
     request_id = body.get("id")
     parameters = body.get("parameters")
@@ -146,7 +148,17 @@ def _parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_
             outputs = requested_outputs(body["outputs"], signature)
         except RecordError:
             return None
-    binary_output = bool(parameters and parameters.get("binary_data_output") is True)
+    return raw_inputs, request_id, outputs, bool(parameters and parameters.get("binary_data_output") is True)
+
+
+def _parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_GroupKey, _Parsed] | None:
+    """Parse ``value`` if it is a plain JSON request whose fields are all well formed and name exactly the model's
+    inputs; None when anything is off (the record is then decoded on its own, which names the problem)."""
+    specs = signature.inputs
+    envelope = _envelope(value, signature)
+    if envelope is None:
+        return None
+    raw_inputs, request_id, outputs, binary_output = envelope
     if len(specs) == 1:  # the common case: one input, no name lookups
         item = raw_inputs[0]
         declared = _declared(item)
@@ -183,25 +195,10 @@ def _parse_binary(
         return None
     if length is None or length > len(value):
         return None
-    try:
-        body = orjson.loads(value[:length])
-        raw_inputs = body["inputs"]
-    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+    envelope = _envelope(value[:length], signature)
+    if envelope is None:
         return None
-    if type(body) is not dict or type(raw_inputs) is not list or len(raw_inputs) != 1:
-        return None
-    request_id = body.get("id")
-    parameters = body.get("parameters")
-    if (request_id is not None and type(request_id) is not str) or (
-        parameters is not None and type(parameters) is not dict
-    ):
-        return None
-    outputs = None
-    if "outputs" in body:
-        try:
-            outputs = requested_outputs(body["outputs"], signature)
-        except RecordError:
-            return None
+    raw_inputs, request_id, outputs, binary_output = envelope
     item = raw_inputs[0]
     if type(item) is not dict or "data" in item or type(item.get("parameters")) is not dict:
         return None
@@ -214,7 +211,6 @@ def _parse_binary(
         return None
     if type(shape) is not list or type(datatype) is not str or any(type(d) is not int or d < 0 for d in shape):
         return None
-    binary_output = bool(parameters and parameters.get("binary_data_output") is True)
     return ((datatype, tuple(shape)),), (index, request_id, outputs, binary_output, memoryview(value)[length:])
 
 
