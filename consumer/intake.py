@@ -88,8 +88,8 @@ class Intake:
         append = works.append
         first = 0
         for tp, recs in fetched.items():
-            track = tracker.partition(tp).track
             offsets = tracker.partition(tp)
+            track = offsets.track
             topic, partition = tp.topic, tp.partition
             for rec, outcome in zip(recs, parsed[first : first + len(recs)], strict=True):
                 offset = rec.offset

@@ -1,15 +1,15 @@
 """A fetched chunk of request values -> validated requests, with the same outcome, record for record, as
 :func:`consumer.oip.decode.decode_one`, at a fraction of its cost per record.
 
-Binary-extension requests of a one-input model that are well formed (the length header, one input object with
-``binary_data_size`` equal to the bytes after the JSON part) and declare the same ``(datatype, shape)`` form a group
-too: their bytes are joined into one little-endian array and checked at once.
-
 Every plain JSON request (no binary data extension) is parsed with ``orjson``; records that declare the same
 ``(datatype, shape)`` for every input form a *group*, whose inputs are each parsed into one numpy array
 ``[records x rows, ...]`` and checked with one set of reductions (range, exactness, the model's value ranges). A
 group that fails any check, and every record that is not plain, is decoded record by record, which names the
 culprit with the same reason and message.
+
+Binary-extension requests of a one-input model that are well formed (the length header, one input object with
+``binary_data_size`` equal to the bytes after the JSON part) and declare the same ``(datatype, shape)`` form a group
+too: their bytes are joined into one little-endian array and checked at once.
 
 Numbers: floats are parsed straight into float64 (a JSON null stops the conversion, integers are exact below
 2**53; a group holding either is decoded record by record); integers keep numpy's own integer choice.
@@ -95,19 +95,13 @@ def decode_chunk(
                 out[i] = decode_one(value, hdrs, signature, limits)
             else:
                 binaries.setdefault(binary[0], []).append(binary[1])
-    for key, found in binaries.items():
-        decoded = _decode_binary_group(key, found, signature, limits)
-        for k, (i, *_) in enumerate(found):
-            out[i] = decode_one(values[i], headers[i], signature, limits) if decoded is None else decoded[k]
-    for key, members in groups.items():
-        requests = _decode_group(key, members, signature, limits)
-        if requests is None:
-            for member in members:
-                i = member[0]
-                out[i] = decode_one(values[i], headers[i], signature, limits)
-        else:
-            for member, request in zip(members, requests, strict=True):
-                out[member[0]] = request
+    decoded: list[tuple[Sequence[tuple[int, Any, Any, Any, Any]], list[DecodedRequest] | None]] = [
+        (members, _decode_group(key, members, signature, limits)) for key, members in groups.items()
+    ]
+    decoded += [(found, _decode_binary_group(key, found, signature, limits)) for key, found in binaries.items()]
+    for members, requests in decoded:  # a group that failed a check: each of its records on its own
+        for k, (i, *_) in enumerate(members):
+            out[i] = decode_one(values[i], headers[i], signature, limits) if requests is None else requests[k]
     return out  # type: ignore[return-value]  # every slot is filled above
 
 
