@@ -38,11 +38,11 @@ def binary_header_length(headers: Headers) -> int | None:
 
 
 def correlation_id(
-    headers: Headers, request_id: str | None, key: bytes | None, fallback: str | tuple[str, int, int]
+    headers: Headers, request_id: str | None, key: bytes | None, fallback: tuple[str, int, int]
 ) -> bytes:
     """The record's correlation ID: header ``correlation_id`` (first if repeated), else the request ``id``,
-    else the record key, else ``fallback``: ``topic:partition:offset`` (given as the text, or as the three
-    coordinates, formatted only when needed). Echoed byte-for-byte."""
+    else the record key, else ``topic:partition:offset`` of the record (``fallback``, formatted only when
+    needed). Echoed byte-for-byte."""
     for name, value in headers:
         if name == CORRELATION_HEADER and value is not None:
             return value
@@ -50,9 +50,7 @@ def correlation_id(
         return request_id.encode()
     if key is not None:
         return key
-    if isinstance(fallback, tuple):
-        fallback = "{}:{}:{}".format(*fallback)
-    return fallback.encode()
+    return "{}:{}:{}".format(*fallback).encode()
 
 
 def le_bytes(arr: np.ndarray) -> bytes:

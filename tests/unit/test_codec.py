@@ -171,10 +171,10 @@ def test_response_is_oip_json(digits_signature: ModelSignature) -> None:
 
 def test_correlation_id_precedence() -> None:
     headers = [("other", b"x"), ("correlation_id", b"\xffhdr"), ("correlation_id", b"second")]
-    assert correlation_id(headers, "req", b"key", "t:0:1") == b"\xffhdr"  # byte-for-byte, first wins
-    assert correlation_id([], "req", b"key", "t:0:1") == b"req"
-    assert correlation_id([], None, b"key", "t:0:1") == b"key"
-    assert correlation_id([], None, None, "t:0:1") == b"t:0:1"
+    assert correlation_id(headers, "req", b"key", ("t", 0, 1)) == b"\xffhdr"  # byte-for-byte, first wins
+    assert correlation_id([], "req", b"key", ("t", 0, 1)) == b"req"
+    assert correlation_id([], None, b"key", ("t", 0, 1)) == b"key"
+    assert correlation_id([], None, None, ("t", 0, 1)) == b"t:0:1"
 
 
 @pytest.mark.parametrize("data", [[True] + [0.5] * 63, [[0.5] * 63 + [False]]])
