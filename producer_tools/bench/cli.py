@@ -53,12 +53,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``streaminfer-bench``."""
-    args = parser().parse_args(argv)
-    if args.command != "worker" and args.rounds < 1:
-        parser().error(f"--rounds must be >= 1, got {args.rounds}")
+    p = parser()
+    args = p.parse_args(argv)
     if args.command == "worker":
         asyncio.run(worker(args.mode, args))
         return 0
+    if args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
     if args.quick:
         args.records = min(args.records, 2000)
         args.texts = min(args.texts, 200)

@@ -353,19 +353,18 @@ class Bench:
 
     def rounds(self, mode: str) -> list[Run]:
         """The default-setting runs of ``mode`` on digits, round 1 first."""
-        if mode == "streaminfer":
-            first = next(
-                (r for r in self.runs if r.model == "digits" and r.mode == mode and r.extra.get("default")), None
-            )
-        else:
-            first = self.find("digits", mode)
+        first = self.default_run("digits") if mode == "streaminfer" else self.find("digits", mode)
         rest = [r for r in self.runs if r.model == "digits" and r.mode == mode and r.extra.get("round")]
         return ([first] if first is not None else []) + rest
 
+    def round_ratios(self, top: str, bottom: str) -> list[float]:
+        """``top``'s throughput / ``bottom``'s, round by round (complete rounds only)."""
+        pairs = zip(self.rounds(top), self.rounds(bottom), strict=False)
+        return [a.throughput_rps / b.throughput_rps for a, b in pairs if b.throughput_rps > 0]
+
     def paired(self, top: str, bottom: str) -> float:
-        """Median over rounds of ``top``'s throughput / ``bottom``'s (nan without a complete round)."""
-        pairs = list(zip(self.rounds(top), self.rounds(bottom), strict=False))
-        ratios = [a.throughput_rps / b.throughput_rps for a, b in pairs if b.throughput_rps > 0]
+        """Median of :meth:`round_ratios` (nan without a complete round)."""
+        ratios = self.round_ratios(top, bottom)
         return float(np.median(ratios)) if ratios else math.nan
 
     async def minilm(self) -> None:
@@ -420,8 +419,16 @@ class Bench:
     def sweep(self) -> tuple[tuple[int, float], ...]:
         return SWEEP if not self.args.quick else ((8, 5.0), DEFAULT_SETTING)
 
+    def default_run(self, model: str) -> Run | None:
+        """``model``'s streaminfer run at default settings (round 1), if it ran."""
+        return next(
+            (r for r in self.runs if r.model == model and r.mode == "streaminfer" and r.extra.get("default")), None
+        )
+
     def streaminfer_default(self, model: str) -> Run:
-        return next(r for r in self.runs if r.model == model and r.mode == "streaminfer" and r.extra.get("default"))
+        run = self.default_run(model)
+        assert run is not None, f"no default streaminfer run of {model}"
+        return run
 
     def find(self, model: str, mode: str) -> Run | None:
         return next((r for r in self.runs if r.model == model and r.mode == mode and not r.extra.get("round")), None)
@@ -458,8 +465,7 @@ class Bench:
             "runs": [asdict(r) for r in self.runs],
             "ratios": self.ratios(),
             "rounds": {
-                f"{top}/{bottom}": [a.throughput_rps / b.throughput_rps for a, b in zip(ta, tb, strict=False)]
+                f"{top}/{bottom}": self.round_ratios(top, bottom)
                 for top, bottom in (("streaminfer", "passthrough"), ("streaminfer-eos", "streaminfer"))
-                for ta, tb in [(self.rounds(top), self.rounds(bottom))]
             },
         }
