@@ -61,7 +61,12 @@ class Settings(BaseSettings):
     )
     fetch_max_records: int = Field(500, ge=1, description="Most records taken from the fetcher at once, records.")
     fetch_timeout_ms: int = Field(100, ge=1, description="Longest wait for records in one fetch call, ms.")
-    producer_linger_ms: int = Field(1, ge=0, description="Producer linger before sending a produce request, ms.")
+    producer_linger_ms: int = Field(
+        0,
+        ge=0,
+        description="Producer linger before sending a produce request, ms. Answers reach the producer as whole "
+        "batches (one per results partition), so a linger only delays them.",
+    )
     producer_max_request_bytes: int = Field(1_048_576, ge=1024, description="Largest produce request, bytes.")
     producer_batch_bytes: int = Field(
         65_536,
@@ -158,11 +163,16 @@ class Settings(BaseSettings):
     max_batch_delay_ms: float = Field(
         5.0, ge=0, allow_inf_nan=False, description="Flush when the oldest pending record waited this long, ms."
     )
-    max_batch_tokens: int = Field(
+    max_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Sequence models: flush a micro-batch at this many padded tokens (rows x length bucket), tokens; "
+        "unset: 2048 on CPU (larger batches run slower per token there), 8192 on a GPU.",
+    )
+    max_record_tokens: int = Field(
         8192,
         ge=1,
-        description="Sequence models: flush a micro-batch at this many padded tokens (rows x length bucket); a record "
-        "above it is dead-lettered too_large, tokens.",
+        description="Sequence models: largest accepted rows x length of one request (above: too_large), tokens.",
     )
     max_in_flight_rows: int = Field(
         4096,

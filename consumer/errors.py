@@ -70,7 +70,7 @@ class DeadLetterReason(StrEnum):
     """``data`` contains JSON null."""
     TOO_LARGE = "too_large"
     """The value exceeds ``max_record_bytes`` or the request exceeds ``max_record_rows``; for sequence models, a
-    sequence longer than the model's ``max_sequence_length`` or rows x length above ``max_batch_tokens``."""
+    sequence longer than the model's ``max_sequence_length`` or rows x length above ``max_record_tokens``."""
     UNDECODABLE_RECORD = "undecodable_record"
     """The Kafka client could not parse the record (e.g. a header key that is not UTF-8); the dead letter carries
     only its topic, partition and offset (no key, value or headers)."""

@@ -30,8 +30,8 @@ from consumer.errors import DeadLetterReason, InferenceError
 from consumer.metrics import Metrics
 from consumer.oip.decode import DecodedRequest
 from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
-from consumer.runner import OnnxRunner, non_finite_outputs, split
-from consumer.sequence import BatchBuffers, bucket, length_buckets
+from consumer.runner import CPU, OnnxRunner, non_finite_outputs, split
+from consumer.sequence import CPU_BUCKETS, GPU_BUCKETS, BatchBuffers, bucket, length_buckets
 from consumer.work import Work, loggable
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 #: a batch to the inference thread and back costs more than the run itself, since the thread must take the GIL
 #: back from a busy loop twice per batch (up to the interpreter's 5 ms switch interval each time).
 INLINE_BELOW_S = 0.001
+#: Sequence models: ``max_batch_tokens`` when the setting is unset, padded tokens per micro-batch. On CPU a batch
+#: beyond a few thousand tokens runs slower per token, its activations no longer fit in cache (MiniLM, bench corpus
+#: sorted by length, 64 rows at most, 2 cores: about 150 texts/s at 512 to 2048 tokens, 120 at 4096, 100 at 8192);
+#: a GPU wants the larger batches.
+CPU_BATCH_TOKENS = 2048
+GPU_BATCH_TOKENS = 8192
 
 
 class BatchRunner:
@@ -49,14 +55,29 @@ class BatchRunner:
         runner: a loaded, warmed ONNX runner.
         metrics: stage times, inference time, batch rows, batch failures, padding ratio.
         clock: monotonic seconds.
+        max_batch_tokens: sequence models: the micro-batch budget in padded tokens; None: :data:`CPU_BATCH_TOKENS`
+            on CPU, :data:`GPU_BATCH_TOKENS` on CUDA and TensorRT.
+
+    Attributes:
+        batch_tokens: the batcher's token budget (rows x length bucket), tokens; None for other models.
+        buckets: sequence models: the length bucket bounds, tokens (:data:`~consumer.sequence.CPU_BUCKETS` on CPU,
+            :data:`~consumer.sequence.GPU_BUCKETS` otherwise, capped at ``max_sequence_length``); () otherwise.
     """
 
-    def __init__(self, runner: OnnxRunner, metrics: Metrics, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, runner: OnnxRunner, metrics: Metrics, clock: Callable[[], float], max_batch_tokens: int | None = None
+    ) -> None:
         self.runner = runner
         self._metrics = metrics
         self._clock = clock
         self._sequence = runner.signature.sequence
-        self._buckets = length_buckets(self._sequence.max_length) if self._sequence is not None else ()
+        cpu = runner.provider == CPU
+        self.batch_tokens: int | None = None
+        self.buckets: tuple[int, ...] = ()
+        if self._sequence is not None:
+            default = CPU_BATCH_TOKENS if cpu else GPU_BATCH_TOKENS
+            self.batch_tokens = default if max_batch_tokens is None else max_batch_tokens
+            self.buckets = length_buckets(self._sequence.max_length, CPU_BUCKETS if cpu else GPU_BUCKETS)
         self._names = runner.signature.output_names
         self._per_token = {o.name for o in runner.signature.outputs if len(o.shape) >= 2 and o.shape[1] is None}
         self._encoder = BatchEncoder(runner.signature)
@@ -70,7 +91,7 @@ class BatchRunner:
         sequence model its length bucket (tokens: rows x the bucket's length)."""
         if self._sequence is None:
             return request.shape_key, 0
-        bound = bucket(request.length, self._buckets)
+        bound = bucket(request.length, self.buckets)
         return bound, request.rows * bound
 
     def buffers(self) -> BatchBuffers:

@@ -19,7 +19,7 @@ import numpy as np
 
 from consumer.errors import DeadLetterReason, InferenceError, ModelError
 from consumer.schema import ModelSignature, TensorSpec
-from consumer.sequence import DEFAULT_BUCKETS, detect, input_ranges, length_buckets
+from consumer.sequence import GPU_BUCKETS, detect, input_ranges, length_buckets
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ def _trt_options(signature: ModelSignature, max_rows: int, cache_dir: Path | Non
     """TensorRT provider options: engine cache, FP16, and explicit profile shapes per input (min 1 row and
     1 token, opt and max ``max_rows`` rows and the longest sequence) so engines are not rebuilt per new shape."""
     inputs = signature.inputs
-    longest = signature.sequence.max_length if signature.sequence is not None else DEFAULT_BUCKETS[-1]
+    longest = signature.sequence.max_length if signature.sequence is not None else GPU_BUCKETS[-1]
 
     def shapes(rows: int, tokens: int) -> str:
         return ",".join(

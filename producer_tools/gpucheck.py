@@ -55,12 +55,11 @@ async def pipeline(settings: Settings, runner: OnnxRunner, values: Sequence[byte
     text = None
     if settings.tokenizer_path is not None and signature.sequence is not None:
         text = TextEncoder(settings.tokenizer_path, signature.sequence, settings.text_input_name)
-    limits = Limits(settings.max_record_bytes, settings.max_record_rows, settings.max_batch_tokens)
+    limits = Limits(settings.max_record_bytes, settings.max_record_rows, settings.max_record_tokens)
     intake = Intake(signature, limits, text, metrics, clock)
-    inference = BatchRunner(runner, metrics, clock)
-    tokens = settings.max_batch_tokens if signature.sequence is not None else None
+    inference = BatchRunner(runner, metrics, clock, settings.max_batch_tokens)
     batcher: MicroBatcher[Work] = MicroBatcher(
-        settings.max_batch_size, settings.max_batch_delay_ms, clock, max_batch_tokens=tokens
+        settings.max_batch_size, settings.max_batch_delay_ms, clock, max_batch_tokens=inference.batch_tokens
     )
     slots: asyncio.Queue[BatchBuffers] = asyncio.Queue()
     for _ in range(PIPELINE_DEPTH):

@@ -72,8 +72,7 @@ class Stages:
     def batcher(self, delay_ms: float) -> MicroBatcher[Work]:
         """A micro-batcher with the settings' limits (tokens too, for a sequence model)."""
         s = self.settings
-        tokens = s.max_batch_tokens if self.inference.runner.signature.sequence is not None else None
-        return MicroBatcher(s.max_batch_size, delay_ms, self.clock, max_batch_tokens=tokens)
+        return MicroBatcher(s.max_batch_size, delay_ms, self.clock, max_batch_tokens=self.inference.batch_tokens)
 
     def queue(self, batcher: MicroBatcher[Work], works: list[Work]) -> None:
         """Put decoded requests in their batching groups (:meth:`~consumer.inference.BatchRunner.group`)."""
@@ -154,7 +153,7 @@ def build_stages(
         clock=clock,
     )
     intake = Intake(
-        runner.signature, Limits(s.max_record_bytes, s.max_record_rows, s.max_batch_tokens), text, metrics, clock
+        runner.signature, Limits(s.max_record_bytes, s.max_record_rows, s.max_record_tokens), text, metrics, clock
     )
     records = AnswerRecords(results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id)
     writer = AnswerWriter(records, SizeLadder(s.producer_max_request_bytes), metrics, clock, wall_clock)
@@ -164,7 +163,7 @@ def build_stages(
         clients=clients,
         source=source,
         intake=intake,
-        inference=BatchRunner(runner, metrics, clock),
+        inference=BatchRunner(runner, metrics, clock, s.max_batch_tokens),
         writer=writer,
         tracker=tracker,
         progress=progress,

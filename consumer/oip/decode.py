@@ -61,9 +61,8 @@ class Limits:
     Attributes:
         max_record_bytes: largest accepted record value, bytes.
         max_record_rows: largest accepted ``shape[0]``, rows.
-        max_record_tokens: sequence models: largest accepted rows x length, tokens (the consumer passes
-            ``max_batch_tokens``: a record is never split, so one above the batch budget would be run alone at any
-            size, and attention memory grows with rows x length^2).
+        max_record_tokens: sequence models: largest accepted rows x length, tokens (a record is never split, so
+            one above the batch budget runs alone at its size, and attention memory grows with rows x length^2).
     """
 
     max_record_bytes: int = 1_048_576
@@ -286,7 +285,7 @@ def _sequence_request(
     if rows * length > limits.max_record_tokens:
         raise ValidationError(
             R.TOO_LARGE,
-            f"{rows} rows x {length} tokens = {rows * length} tokens; max_batch_tokens is {limits.max_record_tokens}",
+            f"{rows} rows x {length} tokens = {rows * length} tokens; max_record_tokens is {limits.max_record_tokens}",
         )
     dtypes = {s.name: s.dtype for s in signature.inputs}
     for name, fill in sequence.optional.items():

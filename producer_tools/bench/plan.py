@@ -154,10 +154,23 @@ class Bench:
 
     # -- open loop
     async def open_loop(
-        self, model: Path, rate: float, seconds: float, setting: str, lone: bool = False, **settings: Any
+        self,
+        model: Path,
+        rate: float,
+        seconds: float,
+        setting: str,
+        lone: bool = False,
+        client_only: bool = False,
+        **settings: Any,
     ) -> Run:
+        """``seconds`` of requests at ``rate`` records/s (``lone``: each sent alone, unbatched) through streaminfer,
+        or through the client-only passthrough worker (``client_only``: the Kafka round trip's own latency)."""
         topics = await new_topics(self.bootstrap, f"{self.tag}-open-{uuid.uuid4().hex[:4]}")
-        child = start_streaminfer(self.bootstrap, topics, model, self.log(f"open-{setting}"), **settings)
+        log = self.log(f"open-{setting}")
+        if client_only:
+            child = start_worker("passthrough", self.bootstrap, topics, model, log, seconds + self.args.timeout_s)
+        else:
+            child = start_streaminfer(self.bootstrap, topics, model, log, **settings)
         n = int(rate * seconds)
         records = digits_backlog(f"open-{uuid.uuid4().hex[:4]}", n)
         sampler = Sampler(child.proc.pid).start()
@@ -328,6 +341,8 @@ class Bench:
         lone = await self.open_loop(DIGITS_MODEL, 10.0, a.lone_s, "1 at a time", lone=True)
         lone.extra["target_ms"] = DEFAULT_SETTING[1] + lone_compute_ms.extra["batch_ms"] + 5.0
         self.runs.append(lone)
+        # The floor under it: the same lone records through the Kafka client alone (no batch delay, no model).
+        self.runs.append(await self.open_loop(DIGITS_MODEL, 10.0, a.lone_s, "client only", lone=True, client_only=True))
         self.step("digits: lone record")
 
     async def repeats(self, backlog: str, n: int) -> None:
@@ -351,43 +366,67 @@ class Bench:
                 self.runs.append(run)
             self.step(f"digits: round {i + 1}")
 
-    def rounds(self, mode: str) -> list[Run]:
-        """The default-setting runs of ``mode`` on digits, round 1 first."""
-        first = self.default_run("digits") if mode == "streaminfer" else self.find("digits", mode)
-        rest = [r for r in self.runs if r.model == "digits" and r.mode == mode and r.extra.get("round")]
+    def rounds(self, model: str, mode: str) -> list[Run]:
+        """The default-setting runs of ``mode`` on ``model``, round 1 first (bare-ort: round 1 is the fastest of
+        its batchings, the ceiling)."""
+        if mode == "streaminfer":
+            first = self.default_run(model)
+        elif mode == "bare-ort":
+            first = self.ceiling(model)
+        else:
+            first = self.find(model, mode)
+        rest = [r for r in self.runs if r.model == model and r.mode == mode and r.extra.get("round")]
         return ([first] if first is not None else []) + rest
 
-    def round_ratios(self, top: str, bottom: str) -> list[float]:
-        """``top``'s throughput / ``bottom``'s, round by round (complete rounds only)."""
-        pairs = zip(self.rounds(top), self.rounds(bottom), strict=False)
+    def round_ratios(self, top: str, bottom: str, model: str = "digits") -> list[float]:
+        """``top``'s throughput / ``bottom``'s on ``model``, round by round (complete rounds only)."""
+        pairs = zip(self.rounds(model, top), self.rounds(model, bottom), strict=False)
         return [a.throughput_rps / b.throughput_rps for a, b in pairs if b.throughput_rps > 0]
 
-    def paired(self, top: str, bottom: str) -> float:
+    def paired(self, top: str, bottom: str, model: str = "digits") -> float:
         """Median of :meth:`round_ratios` (nan without a complete round)."""
-        ratios = self.round_ratios(top, bottom)
+        ratios = self.round_ratios(top, bottom, model)
         return float(np.median(ratios)) if ratios else math.nan
 
-    async def minilm(self) -> None:
+    def ceiling(self, model: str) -> Run | None:
+        """The fastest round-1 bare ORT batching of ``model``, if any ran."""
+        bare = [r for r in self.runs if r.model == model and r.mode == "bare-ort" and not r.extra.get("round")]
+        return max(bare, key=lambda r: r.throughput_rps) if bare else None
+
+    async def minilm_backlog(self) -> dict[str, str]:
+        """Topics holding the MiniLM backlog. Written before the digits runs: a consumer started within seconds of
+        a large produce runs slower (about 20 % on MiniLM here, while the broker's fresh log is written back), so
+        the backlog must have settled before it is read."""
+        model = self.args.minilm_dir / "minilm.onnx"
+        if not model.is_file() or not (self.args.minilm_dir / "tokenizer.json").is_file():
+            raise SystemExit(
+                f"streaminfer-bench: no MiniLM in {self.args.minilm_dir}; run python models/minilm/build.py"
+            )
+        topics = await new_topics(self.bootstrap, f"{self.tag}-minilm")
+        await send_all(self.bootstrap, topics["requests"], text_backlog("m", corpus(self.args.texts)), progress=False)
+        return topics
+
+    async def minilm(self, topics: dict[str, str]) -> None:
+        from consumer.runner import OnnxRunner
+
         a = self.args
         model = a.minilm_dir / "minilm.onnx"
         tokenizer = a.minilm_dir / "tokenizer.json"
-        if not model.is_file() or not tokenizer.is_file():
-            raise SystemExit(f"streaminfer-bench: no MiniLM in {a.minilm_dir}; run python models/minilm/build.py")
-        from consumer.runner import OnnxRunner
-
         texts = corpus(a.texts)
         size = a.minilm_batch
         runner = OnnxRunner.load(model, execution_provider="cpu")
         batches, mean_tokens = sorted_batches(runner, tokenizer, texts, size)
-        bare = self.bare_ort("minilm", model, batches, f"b{size} sorted")
-        bare.extra["mean_tokens"] = mean_tokens
-        self.runs.append(bare)
         # On CPU smaller batches of padded text can be faster than full ones: the ceiling is the best of a few.
+        candidates = [(f"b{size} sorted", batches)]
         for rows, tokens in ((max(1, size // 2), None), (size, CEILING_TOKENS)):
             other, _ = sorted_batches(runner, tokenizer, texts, rows, tokens)
-            label = f"b{rows} sorted" + (f" <={tokens} tok" if tokens else "")
-            self.runs.append(self.bare_ort("minilm", model, other, label))
-        # The session options streaminfer exposes, on a share of the same batches: the defaults are the best here.
+            candidates.append((f"b{rows} sorted" + (f" <={tokens} tok" if tokens else ""), other))
+        for label, candidate in candidates:
+            bare = self.bare_ort("minilm", model, candidate, label)
+            if candidate is batches:
+                bare.extra["mean_tokens"] = mean_tokens
+            self.runs.append(bare)
+        # The session options streaminfer exposes, on a share of the same batches (does a non-default win?).
         share = batches[: max(2, len(batches) // 4)]
         options: tuple[tuple[Literal["basic", "extended", "all"], int], ...] = (
             ("all", 0),
@@ -400,20 +439,29 @@ class Bench:
             run.mode = "bare-ort-options"
             self.runs.append(run)
         self.step("minilm: bare ORT")
-        topics = await new_topics(self.bootstrap, f"{self.tag}-minilm")
-        await send_all(self.bootstrap, topics["requests"], text_backlog("m", texts), progress=False)
+        settings = {"tokenizer_path": tokenizer, "max_batch_size": size}
         run = await self.closed_streaminfer(
-            "minilm",
-            model,
-            topics["requests"],
-            len(texts),
-            f"b{size}/d5ms text",
-            tokenizer_path=tokenizer,
-            max_batch_size=size,
+            "minilm", model, topics["requests"], len(texts), f"b{size}/d5ms text", **settings
         )
         run.extra["default"] = True
         self.runs.append(run)
         self.step("minilm: streaminfer")
+        # Rounds 2..: the round-1 ceiling's batching and streaminfer again, back to back in a rotated order.
+        best = self.ceiling("minilm")
+        assert best is not None
+        chosen = dict(candidates)[best.setting]
+        for i in range(1, a.rounds):
+            for mode in ("bare-ort", "streaminfer")[:: 1 if i % 2 else -1]:
+                if mode == "bare-ort":
+                    again = self.bare_ort("minilm", model, chosen, best.setting)
+                else:
+                    again = await self.closed_streaminfer(
+                        "minilm", model, topics["requests"], len(texts), f"b{size}/d5ms text", **settings
+                    )
+                again.setting = f"{again.setting}, round {i + 1}"
+                again.extra["round"] = i + 1
+                self.runs.append(again)
+            self.step(f"minilm: round {i + 1}")
 
     @property
     def sweep(self) -> tuple[tuple[int, float], ...]:
@@ -442,23 +490,23 @@ class Bench:
             out["digits_vs_naive"] = self.streaminfer_default("digits").throughput_rps / naive.throughput_rps
         if self.find("digits", "streaminfer-eos") is not None:
             out["digits_eos_vs_alo"] = self.paired("streaminfer-eos", "streaminfer")
-        bare = [r.throughput_rps for r in self.runs if r.model == "minilm" and r.mode == "bare-ort"]
-        if bare:  # the fastest batching is the ceiling
-            out["minilm_vs_bare_ort"] = self.streaminfer_default("minilm").throughput_rps / max(bare)
+        if self.ceiling("minilm") is not None:  # the fastest batching is the ceiling
+            out["minilm_vs_bare_ort"] = self.paired("streaminfer", "bare-ort", "minilm")
         return out
 
     async def run(self) -> dict[str, Any]:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "logs").mkdir(exist_ok=True)
         steps = (0 if self.args.skip_digits else 8 + len(self.sweep) + len(LOADS) + self.args.rounds - 1) + (
-            0 if self.args.skip_minilm else 2
+            0 if self.args.skip_minilm else 1 + self.args.rounds
         )
         with tqdm(total=steps, desc="bench", unit="step", disable=self.args.no_progress) as bar:
             self.bar = bar
+            minilm = None if self.args.skip_minilm else await self.minilm_backlog()
             if not self.args.skip_digits:
                 await self.digits()
-            if not self.args.skip_minilm:
-                await self.minilm()
+            if minilm is not None:
+                await self.minilm(minilm)
         return {
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "records": self.args.records,
@@ -467,5 +515,6 @@ class Bench:
             "rounds": {
                 f"{top}/{bottom}": self.round_ratios(top, bottom)
                 for top, bottom in (("streaminfer", "passthrough"), ("streaminfer-eos", "streaminfer"))
-            },
+            }
+            | {"minilm streaminfer/bare-ort": self.round_ratios("streaminfer", "bare-ort", "minilm")},
         }

@@ -50,6 +50,7 @@ def test_quick_bench_runs_every_mode(
     for pair, key in (
         ("streaminfer/passthrough", "digits_vs_passthrough"),
         ("streaminfer-eos/streaminfer", "digits_eos_vs_alo"),
+        ("minilm streaminfer/bare-ort", "minilm_vs_bare_ort"),
     ):
         values = result["rounds"][pair]
         assert len(values) == 2, pair  # --quick: two rounds
@@ -83,5 +84,8 @@ def test_quick_bench_runs_every_mode(
         if r["mode"] in ("open-loop", "lone"):
             assert r["p50_ms"] > 0
             assert r["p99_ms"] >= r["p50_ms"]
+    assert {r["setting"] for r in runs if r["mode"] == "lone"} == {"1 at a time", "client only"}  # and its floor
+    minilm_rounds = [r for r in runs if r["model"] == "minilm" and r["extra"].get("round") == 2]
+    assert {r["mode"] for r in minilm_rounds} == {"bare-ort", "streaminfer"}  # round 2: the ceiling and us again
     for plot in ("throughput.png", "latency.png"):
         assert (out / plot).stat().st_size > 10_000

@@ -8,15 +8,28 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
 from consumer.batcher import MicroBatcher
 from consumer.errors import DeadLetterReason, RecordError
+from consumer.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, BatchRunner
+from consumer.metrics import Metrics
 from consumer.oip.client import decode_response, encode_request, encode_request_binary
 from consumer.oip.decode import Limits, decode_request
 from consumer.oip.encode import encode_response, encode_response_binary
 from consumer.oip.wire import BINARY_HEADER, binary_header_length
+from consumer.runner import CPU, CUDA, OnnxRunner
 from consumer.schema import ModelSignature, TensorSpec
-from consumer.sequence import BatchBuffers, TextEncoder, bucket, detect, input_ranges, length_buckets
+from consumer.sequence import (
+    CPU_BUCKETS,
+    BatchBuffers,
+    TextEncoder,
+    bucket,
+    detect,
+    input_ranges,
+    length_buckets,
+)
+from tests.unit.fakes import FakeSession
 
 LIMITS = Limits()
 I64 = np.dtype(np.int64)
@@ -54,6 +67,36 @@ def test_buckets() -> None:
     bounds = length_buckets(512)
     assert all(b / a <= 1.5 for a, b in itertools.pairwise(bounds))  # padding waste below a third
     assert [bucket(n, (8, 16, 32)) for n in (1, 8, 9, 16, 17, 32, 40)] == [8, 8, 16, 16, 32, 32, 32]
+
+
+def test_cpu_buckets_are_fine() -> None:
+    bounds = length_buckets(512, CPU_BUCKETS)
+    assert (bounds[0], bounds[-1]) == (8, 512)
+    assert all(a < b <= a * 1.125 + 0.5 for a, b in itertools.pairwise(bounds))  # x 1.125, rounded
+    assert length_buckets(20, CPU_BUCKETS) == (8, 9, 10, 11, 12, 14, 16, 18, 20)
+
+
+@pytest.mark.parametrize(
+    ("provider", "configured", "tokens", "bounds"),
+    [
+        (CPU, None, CPU_BATCH_TOKENS, (8, 9, 10, 11, 12, 14, 16, 18, 20, 22, 25, 28, 32)),
+        (CUDA, None, GPU_BATCH_TOKENS, (8, 12, 16, 24, 32)),
+        (CPU, 4096, 4096, (8, 9, 10, 11, 12, 14, 16, 18, 20, 22, 25, 28, 32)),
+        (CUDA, 100, 100, (8, 12, 16, 24, 32)),
+    ],
+)
+def test_token_budget_and_buckets_follow_the_provider(
+    provider: str, configured: int | None, tokens: int, bounds: tuple[int, ...]
+) -> None:
+    runner = OnnxRunner(FakeSession(), text_signature(), provider=provider)
+    inference = BatchRunner(runner, Metrics(CollectorRegistry()), lambda: 0.0, configured)
+    assert inference.batch_tokens == tokens
+    assert inference.buckets == bounds
+
+
+def test_no_token_budget_for_other_models(digits_signature: ModelSignature) -> None:
+    runner = OnnxRunner(FakeSession(), digits_signature, provider=CPU)
+    assert BatchRunner(runner, Metrics(CollectorRegistry()), lambda: 0.0, 4096).batch_tokens is None
 
 
 def test_pad_into_reused_buffers() -> None:
