@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from consumer.app import StreamInferApp
+from consumer.budget import budget_problem, memory_limit_bytes
 from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError
 from consumer.health import Probes, serve
@@ -99,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(sys.argv[1:] if argv is None else argv)
     except ConfigError as exc:
         print(f"streaminfer-consumer: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    problem = budget_problem(settings.max_in_flight_bytes, settings.max_batch_unpacked_bytes, memory_limit_bytes())
+    if problem is not None:
+        print(f"streaminfer-consumer: {problem}", file=sys.stderr)
         return EXIT_CONFIG
     try:
         secrets = secret_values(settings)

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from consumer.config import Settings
+from consumer.unpack import install
 
 
 class BatchLike(Protocol):
@@ -116,7 +117,14 @@ class KafkaClients:
         self._security = security
 
     def consumer(self) -> ConsumerClient:
+        """The group member on the requests topic; the client's unpacking of record batches is bounded first
+        (:func:`consumer.unpack.install`).
+
+        Raises:
+            ConfigError: the installed aiokafka cannot be bounded.
+        """
         s = self._settings
+        install(s.max_batch_unpacked_bytes, s.max_record_bytes)
         return AIOKafkaConsumer(  # type: ignore[no-any-return]
             **self._security,
             bootstrap_servers=s.bootstrap_servers,

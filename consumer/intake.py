@@ -26,6 +26,7 @@ from consumer.oip.decode import DecodedRequest, Limits
 from consumer.oip.wire import correlation_id
 from consumer.schema import ModelSignature
 from consumer.sequence import TextEncoder
+from consumer.unpack import Dropped
 from consumer.work import UndecodableRecord, Work
 
 
@@ -114,4 +115,7 @@ class Intake:
         outcomes = decode_chunk(values, headers, self._signature, self._limits, self._text)
         for i, rec in stand_ins.items():
             outcomes[i] = DecodeError(DeadLetterReason.UNDECODABLE_RECORD, rec.error)
+        for i, value in enumerate(values):
+            if type(value) is Dropped:  # a batch or value the client was not let unpack or keep
+                outcomes[i] = DecodeError(DeadLetterReason.TOO_LARGE, value.describe())
         return outcomes

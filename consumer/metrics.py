@@ -94,6 +94,11 @@ class Metrics:
         self.in_flight_rows = Gauge(
             "streaminfer_in_flight_rows", "Rows fetched and not yet answered.", registry=registry
         )
+        self.in_flight_bytes = Gauge(
+            "streaminfer_in_flight_bytes",
+            "Record key and value bytes fetched and not yet answered (limit: max_in_flight_bytes).",
+            registry=registry,
+        )
         self.commits = Counter("streaminfer_commits", "Successful offset commits.", registry=registry)
         self.commit_failures = Counter(
             "streaminfer_commit_failures", "Failed offset commits, by error class.", ["error"], registry=registry

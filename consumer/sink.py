@@ -25,6 +25,16 @@ When that record would exceed the producer's max request size, a *reduced* dead 
 value (header ``streaminfer.error.original_value_bytes`` gives its size) and header values cut to 1024 bytes, so
 a poison record can never block its partition.
 
+A record whose value the consumer never kept (above ``max_record_bytes``) or a compressed batch it never unpacked
+(above ``max_batch_unpacked_bytes``; see :mod:`consumer.unpack`) is dead-lettered ``too_large`` without a value:
+a record's gets ``streaminfer.error.original_value_bytes``; a batch's stands for all its offsets (the offset header
+is its last) and gets::
+
+    streaminfer.source.first_offset         the batch's first offset (its last is __connect.errors.offset)
+    streaminfer.source.last_offset          the batch's last offset
+    streaminfer.error.compressed_bytes      its compressed payload, bytes
+    streaminfer.error.unpacked_bytes_over   the cap it passed (it unpacks to more), bytes
+
 Records are only built here; :mod:`consumer.publisher` appends them to producer batches.
 """
 
@@ -32,6 +42,7 @@ from __future__ import annotations
 
 from consumer.errors import DeadLetterReason, RecordError
 from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
+from consumer.unpack import Dropped
 from consumer.work import RecordLike, Work
 
 Headers = list[tuple[str, bytes | None]]
@@ -49,6 +60,12 @@ GROUP_HEADER = "streaminfer.consumer.group"
 REQUEST_TIMESTAMP_HEADER = "streaminfer.request.timestamp_ms"
 
 VALUE_DROPPED_HEADER = "streaminfer.error.original_value_bytes"
+#: Dead letters of a record batch that was not unpacked (:mod:`consumer.unpack`): the offsets it spans (the
+#: ``__connect.errors.offset`` header is its last), its compressed size and the cap it passed, bytes.
+FIRST_OFFSET_HEADER = "streaminfer.source.first_offset"
+LAST_OFFSET_HEADER = "streaminfer.source.last_offset"
+COMPRESSED_BYTES_HEADER = "streaminfer.error.compressed_bytes"
+UNPACKED_OVER_HEADER = "streaminfer.error.unpacked_bytes_over"
 
 _JSON = ("content-type", b"application/json")
 _OCTET_STREAM = ("content-type", b"application/octet-stream")
@@ -57,6 +74,19 @@ _OCTET_STREAM = ("content-type", b"application/octet-stream")
 MAX_MESSAGE_CHARS = 1000
 #: In a reduced dead letter (the full one is too large to produce), each header value is cut to this, bytes.
 MAX_REDUCED_HEADER_BYTES = 1024
+
+
+def dropped_headers(dropped: Dropped) -> Headers:
+    """The headers that describe what a stand-in record dropped: its value's size (one record), or the batch's
+    offsets, compressed size and cap (a batch that was not unpacked)."""
+    if dropped.compressed_bytes is None:
+        return [(VALUE_DROPPED_HEADER, str(dropped.unpacked_bytes).encode())]
+    return [
+        (FIRST_OFFSET_HEADER, str(dropped.first_offset).encode()),
+        (LAST_OFFSET_HEADER, str(dropped.last_offset).encode()),
+        (COMPRESSED_BYTES_HEADER, str(dropped.compressed_bytes).encode()),
+        (UNPACKED_OVER_HEADER, str(dropped.unpacked_bytes).encode()),
+    ]
 
 
 class AnswerRecords:
@@ -117,6 +147,9 @@ class AnswerRecords:
         cls = type(error)
         headers: Headers = list(record.headers)
         value = record.value
+        if type(value) is Dropped:  # never fetched whole: say what was dropped instead
+            headers += dropped_headers(value)
+            value = None
         if reduced:
             cap = MAX_REDUCED_HEADER_BYTES
             headers = [(k, v[:cap] if v is not None else None) for k, v in headers]

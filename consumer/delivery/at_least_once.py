@@ -2,8 +2,8 @@
 
 Tasks (created in :meth:`AtLeastOnce.start`, cancelled and drained in :meth:`AtLeastOnce.stop`)::
 
-    fetch    source.fetch() under the rows budget -> intake -> requests to the batcher, poison to the publisher;
-             every assigned partition is paused while in-flight rows >= max_in_flight_rows
+    fetch    source.fetch() sized by the in-flight budget (:mod:`consumer.budget`: rows and bytes) -> intake ->
+             requests to the batcher, poison to the publisher; every assigned partition is paused while it is full
     batch    batcher.next_batch() -> inference (ORT in its thread; PIPELINE_DEPTH batches in flight)
              -> the publisher
     publish  the publisher writes each partition's answers in offset order and retries failed writes
@@ -26,6 +26,7 @@ from collections import Counter
 
 from aiokafka import TopicPartition
 
+from consumer.budget import InFlight
 from consumer.committer import Committer
 from consumer.delivery.stages import Stages, wait_until
 from consumer.publisher import Publisher, count_answers
@@ -75,7 +76,8 @@ class AtLeastOnce:
         self._batches: set[asyncio.Task[None]] = set()
         self._acks = asyncio.Event()  # set whenever answers were acknowledged (a revoke waits on it)
         self.tasks: list[asyncio.Task[None]] = []
-        self.in_flight_rows = 0
+        s = stages.settings
+        self.held = InFlight(s.max_in_flight_rows, s.max_in_flight_bytes, s.max_record_bytes, stages.metrics)
         self.joined = False
 
     async def start(self) -> None:
@@ -139,19 +141,17 @@ class AtLeastOnce:
     async def _fetch_loop(self) -> None:
         st = self._stages
         s = self._settings
-        limit = s.max_in_flight_rows
+        held = self.held
         while True:
-            if self.in_flight_rows >= limit:
+            if held.full:
                 st.source.throttle(True)
-                # Wait for acknowledgements to free rows, at most one fetch timeout: fetch calls go on while
+                # Wait for acknowledgements to free room, at most one fetch timeout: fetch calls go on while
                 # paused, so the member stays in the group (max_poll_interval_ms) however slow the model is.
                 deadline = st.clock() + s.fetch_timeout_ms / 1000.0
-                await wait_until(lambda: self.in_flight_rows < limit, self._acks, deadline, st.clock, st.sleep)
-            full = self.in_flight_rows >= limit
+                await wait_until(lambda: not held.full, self._acks, deadline, st.clock, st.sleep)
+            full = held.full
             st.source.throttle(full)
-            # Every record holds at least one row: fetch no more records than rows are free.
-            room = max(1, limit - self.in_flight_rows)
-            fetched = await st.source.fetch(min(s.fetch_max_records, room), wait=not full)
+            fetched = await st.source.fetch(held.room(s.fetch_max_records), wait=not full)
             if fetched:
                 self._ingest(await st.intake.decode(fetched, st.tracker))
             st.source.update_lag()
@@ -168,11 +168,9 @@ class AtLeastOnce:
         self.publisher.track(works)
         requests: list[Work] = []
         dead: list[Work] = []
-        rows = 0
         for work in works:
-            rows += work.rows
             (dead if work.request is None else requests).append(work)
-        self._add_rows(rows)
+        self.held.add(works)
         st.queue(self.batcher, requests)
         if dead:
             self.publisher.answered(dead)
@@ -206,19 +204,18 @@ class AtLeastOnce:
     # -- acknowledgements
     def _acked(self, works: list[Work]) -> None:
         st = self._stages
-        rows = 0
         for work in works:
             work.offsets.done(work.record.offset)
-            rows += work.rows
-        self._add_rows(-rows)
+        self.held.remove(works)
         count_answers(st.metrics, works, st.wall_clock() * 1000.0)
         st.writer.ladder.forget(works)
         self.committer.want()
         self._acks.set()
 
-    def _add_rows(self, rows: int) -> None:
-        self.in_flight_rows += rows
-        self._stages.metrics.in_flight_rows.set(self.in_flight_rows)
+    @property
+    def in_flight_rows(self) -> int:
+        """Rows fetched and not yet answered."""
+        return self.held.rows
 
     # -- rebalances
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -246,7 +243,7 @@ class AtLeastOnce:
         await self.committer.commit(gone)
         dropped += self.publisher.forget(gone)
         if dropped:
-            self._add_rows(-sum(w.rows for w in dropped))
+            self.held.remove(dropped)
             st.metrics.revoked_dropped.inc(len(dropped))
         st.tracker.forget(gone)
         st.source.forget_lag(gone)

@@ -1,8 +1,8 @@
 """exactly_once: per partition, the answers of a window of fetched records and the next offset in one transaction.
 
-One task runs windows back to back. A window fetches chunks for up to ``commit_interval_ms`` (or until
-``max_in_flight_rows`` rows are held, a rebalance or a stop is pending), decodes them, runs their micro-batches
-and writes each partition's answers, in offset order, into that partition's open transaction (its
+One task runs windows back to back. A window fetches chunks for up to ``commit_interval_ms`` (or until the
+in-flight budget of :mod:`consumer.budget` is full, a rebalance or a stop is pending), decodes them, runs their
+micro-batches and writes each partition's answers, in offset order, into that partition's open transaction (its
 transactional producer, :mod:`consumer.transactions`). Then every partition's transaction gets its next offset
 (``send_offsets_to_transaction``) and is committed. Kafka Streams' ``commit.interval.ms`` plays the same role:
 a reader with ``isolation.level=read_committed`` sees a window's answers when it commits.
@@ -26,6 +26,7 @@ from itertools import groupby
 from aiokafka import TopicPartition
 from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, KafkaError, ProducerFenced
 
+from consumer.budget import InFlight
 from consumer.clients import ProducerClient
 from consumer.delivery.stages import Stages
 from consumer.errors import BROKEN_PRODUCER, TOO_LARGE
@@ -62,8 +63,14 @@ class ExactlyOnce:
         self._stop = asyncio.Event()
         self._revoking = False
         self.tasks: list[asyncio.Task[None]] = []
-        self.in_flight_rows = 0
+        s = stages.settings
+        self.held = InFlight(s.max_in_flight_rows, s.max_in_flight_bytes, s.max_record_bytes, stages.metrics)
         self.joined = False
+
+    @property
+    def in_flight_rows(self) -> int:
+        """Rows of the window in progress."""
+        return self.held.rows
 
     async def start(self) -> None:
         """Join the group (partitions' producers are opened as they are assigned), start the task.
@@ -109,22 +116,21 @@ class ExactlyOnce:
         deadline = st.clock() + s.commit_interval_ms / 1000.0
         transactions: dict[TopicPartition, _Transaction] = {}
         while not self._stop.is_set() and not self._revoking:
-            room = max(1, s.max_in_flight_rows - self.in_flight_rows)
-            fetched = await st.source.fetch(min(s.fetch_max_records, room))
+            fetched = await st.source.fetch(self.held.room(s.fetch_max_records))
             if not fetched and not transactions:
                 return  # nothing open: let a rebalance or a stop in between windows
             if fetched:
                 works = self._mine(await st.intake.decode(fetched, st.tracker))
                 for work in works:
                     st.writer.ladder.resume(work)
-                    self.in_flight_rows += work.rows
+                self.held.add(works)
                 await self._answer(works)
                 for tp, group in groupby(works, key=lambda w: w.tp):
                     await self._write(transactions, tp, list(group))
-            if st.clock() >= deadline or self.in_flight_rows >= s.max_in_flight_rows:
+            if st.clock() >= deadline or self.held.full:
                 break
         await asyncio.gather(*(self._commit(tp, txn) for tp, txn in transactions.items()))
-        self.in_flight_rows = 0
+        self.held.clear()
 
     def _mine(self, works: list[Work]) -> list[Work]:
         """Drop the records of partitions revoked while the chunk was decoded."""

@@ -1,0 +1,320 @@
+"""Bounded unpacking of fetched record batches: a compression bomb becomes a dead letter, not an out-of-memory.
+
+The broker checks a produced batch's *compressed* size against ``max.message.bytes``; a batch of a few kilobytes of
+zstd can hold gigabytes of zeros. aiokafka unpacks a compressed batch whole, inside ``getmany``, before any check of
+ours could see a record, so :func:`install` puts two narrow hooks into the client:
+
+1. **Capped codecs.** The record modules look their codec functions up by name at call time (``gzip_decode``,
+   ``snappy_decode``, ``lz4_decode``, ``zstd_decode`` in ``aiokafka.record.default_records``, its compiled twin
+   ``aiokafka.record._crecords.default_records`` and the two ``legacy_records``). They are replaced by decoders that
+   never write more than ``max_batch_bytes``: zlib's ``max_length`` for gzip, ``cramjam``'s ``decompress_into`` a
+   buffer of that size for lz4 and zstd (it fails instead of growing), and the length every raw snappy block
+   declares, read before the block is unpacked. Past the cap they raise :class:`BatchTooLarge`.
+2. **Stand-ins.** ``aiokafka.consumer.fetcher.MemoryRecords`` is wrapped so that every batch the fetcher iterates
+   turns a :class:`BatchTooLarge` into one record standing for the whole batch (at the batch's last offset, so the
+   client moves past it), and a record whose value exceeds ``max_record_bytes`` into one without it. Either
+   stand-in's value is a :class:`Dropped` (an empty ``bytes`` carrying the offsets and sizes seen); the intake
+   dead-letters it ``too_large`` and the dead letter never carries the bomb.
+
+Memory: one partially read batch per assigned partition (at most ``max_batch_bytes`` each, unpacked) plus the records
+fetched and not yet answered (``max_in_flight_bytes``). Checked against aiokafka 0.12 to 0.14 (the versions
+``pyproject.toml`` allows): :func:`install` raises :class:`~consumer.errors.ConfigError` if a hook point is missing,
+and tests/unit/test_unpack.py runs real batches built by the client's own builders through both record
+implementations.
+"""
+
+from __future__ import annotations
+
+import importlib
+import struct
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from consumer.errors import ConfigError
+
+#: The codec names the record modules call, and the modules that call them.
+CODEC_NAMES = ("gzip_decode", "snappy_decode", "lz4_decode", "zstd_decode")
+RECORD_MODULES = (
+    "aiokafka.record.default_records",
+    "aiokafka.record._crecords.default_records",
+    "aiokafka.record.legacy_records",
+    "aiokafka.record._crecords.legacy_records",
+)
+#: The start of a snappy stream in xerial's framing (what Kafka's Java client writes): 8 magic bytes, then two
+#: int32 versions; blocks follow as (int32 length, raw snappy bytes).
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_HEADER_BYTES = 16
+#: First output buffer for lz4 and zstd, bytes: most batches fit; a larger one is tried again at the cap.
+FIRST_GUESS_RATIO = 32
+FIRST_GUESS_MIN_BYTES = 1 << 20
+
+
+class BatchTooLarge(Exception):
+    """A compressed record batch unpacks to more than the cap.
+
+    Attributes:
+        compressed_bytes: the batch's compressed payload, bytes.
+        cap: the cap it passed, bytes (it unpacks to more).
+    """
+
+    def __init__(self, compressed_bytes: int, cap: int) -> None:
+        super().__init__(f"{compressed_bytes} compressed bytes unpack to more than {cap} bytes")
+        self.compressed_bytes = compressed_bytes
+        self.cap = cap
+
+
+class Dropped(bytes):
+    """The (empty) value of a stand-in record: what was dropped and why.
+
+    Attributes:
+        first_offset, last_offset: the source offsets it stands for (equal for one record).
+        compressed_bytes: a whole batch: its compressed payload, bytes; None for one record.
+        unpacked_bytes: a whole batch: the cap it passed (it unpacks to more), bytes; one record: its value, bytes.
+        limit_name, limit: the setting it broke and its value, bytes.
+    """
+
+    first_offset: int
+    last_offset: int
+    compressed_bytes: int | None
+    unpacked_bytes: int
+    limit_name: str
+    limit: int
+
+    @classmethod
+    def make(
+        cls,
+        first_offset: int,
+        last_offset: int,
+        compressed_bytes: int | None,
+        unpacked_bytes: int,
+        limit_name: str,
+        limit: int,
+    ) -> Dropped:
+        """A stand-in value (see the attributes)."""
+        out = cls(b"")
+        out.first_offset, out.last_offset = first_offset, last_offset
+        out.compressed_bytes, out.unpacked_bytes = compressed_bytes, unpacked_bytes
+        out.limit_name, out.limit = limit_name, limit
+        return out
+
+    def describe(self) -> str:
+        """The dead letter's message."""
+        if self.compressed_bytes is not None:
+            return (
+                f"record batch of offsets {self.first_offset}-{self.last_offset} ({self.compressed_bytes} bytes "
+                f"compressed) unpacks to more than {self.limit_name}={self.limit} bytes; not unpacked"
+            )
+        return f"value of {self.unpacked_bytes} bytes exceeds {self.limit_name}={self.limit}; not kept"
+
+
+class _StandIn:
+    """A record the fetcher wraps as usual (it reads these attributes only)."""
+
+    __slots__ = ("headers", "key", "offset", "timestamp", "timestamp_type", "value")
+    checksum = None
+
+    def __init__(self, offset: int, timestamp: int, timestamp_type: int, key: Any, value: Dropped, headers: Any):
+        self.offset, self.timestamp, self.timestamp_type = offset, timestamp, timestamp_type
+        self.key, self.value, self.headers = key, value, headers
+
+
+# -- capped decoders
+def capped_gzip(cap: int) -> Callable[[Any], bytes]:
+    """A ``gzip_decode`` that raises :class:`BatchTooLarge` past ``cap`` output bytes (every gzip member)."""
+
+    def decode(payload: Any) -> bytes:
+        data = bytes(payload)
+        out: list[bytes] = []
+        total = 0
+        while data:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            chunk = inflater.decompress(data, cap + 1 - total)
+            total += len(chunk)
+            out.append(chunk)
+            if total > cap or inflater.unconsumed_tail:
+                raise BatchTooLarge(len(payload), cap)
+            if not inflater.eof:
+                raise zlib.error("truncated gzip stream")
+            data = inflater.unused_data
+        return b"".join(out)
+
+    return decode
+
+
+def capped_into(decompress_into: Callable[[Any, Any], int], cap: int) -> Callable[[Any], bytes]:
+    """A decoder over ``cramjam.<codec>.decompress_into`` (lz4 frames, zstd) that never writes past ``cap`` bytes:
+    it unpacks into a buffer of a first guess, then of ``cap`` + 1 bytes, and raises :class:`BatchTooLarge` when even
+    that one fills (any other ``cramjam.DecompressionError`` means a corrupt payload and is raised as it is)."""
+    import cramjam
+
+    def decode(payload: Any) -> bytes:
+        size = len(payload)
+        guess = max(FIRST_GUESS_MIN_BYTES, size * FIRST_GUESS_RATIO)
+        for room in (guess, cap + 1) if guess <= cap else (cap + 1,):
+            buffer = np.empty(room, np.uint8)  # pages are only touched as output is written
+            try:
+                written = decompress_into(payload, buffer)
+            except cramjam.DecompressionError as exc:
+                if "whole buffer" not in str(exc):  # cramjam's message when the output does not fit
+                    raise
+                continue
+            if written <= cap:
+                return buffer[:written].tobytes()
+        raise BatchTooLarge(size, cap)
+
+    return decode
+
+
+def capped_snappy(cap: int) -> Callable[[Any], bytes]:
+    """A ``snappy_decode`` (xerial framing or one raw block) that reads every raw block's declared length before
+    unpacking it and raises :class:`BatchTooLarge` once they add up past ``cap``."""
+    import cramjam
+
+    raw_len, raw = cramjam.snappy.decompress_raw_len, cramjam.snappy.decompress_raw
+
+    def decode(payload: Any) -> bytes:
+        data = memoryview(bytes(payload))
+        if bytes(data[:8]) == XERIAL_MAGIC and len(data) >= XERIAL_HEADER_BYTES:
+            blocks = []
+            cursor = XERIAL_HEADER_BYTES
+            while cursor < len(data):
+                (length,) = struct.unpack_from("!i", data, cursor)
+                cursor += 4
+                blocks.append(data[cursor : cursor + length])
+                cursor += length
+        else:
+            blocks = [data]
+        total = 0
+        for block in blocks:
+            total += raw_len(block)
+            if total > cap:
+                raise BatchTooLarge(len(data), cap)
+        return b"".join(bytes(raw(block)) for block in blocks)
+
+    return decode
+
+
+def capped_codecs(cap: int) -> dict[str, Callable[[Any], bytes]]:
+    """Every codec name of :data:`CODEC_NAMES` -> its capped decoder (``cap``: output bytes)."""
+    import cramjam
+
+    return {
+        "gzip_decode": capped_gzip(cap),
+        "snappy_decode": capped_snappy(cap),
+        "lz4_decode": capped_into(cramjam.lz4.decompress_into, cap),
+        "zstd_decode": capped_into(cramjam.zstd.decompress_into, cap),
+    }
+
+
+# -- stand-ins
+class GuardedBatch:
+    """One record batch as the fetcher iterates it, with stand-ins (see the module docstring).
+
+    Args:
+        batch: the client's batch (either record implementation).
+        max_record_bytes: a record whose value is larger becomes a stand-in without it, bytes (its key and headers
+            stay: the correlation ID is in them, and the batch cap bounds them).
+    """
+
+    def __init__(self, batch: Any, max_record_bytes: int) -> None:
+        self._batch = batch
+        self._max_record_bytes = max_record_bytes
+        self._records: Iterator[Any] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batch, name)
+
+    def __iter__(self) -> GuardedBatch:
+        return self
+
+    def __next__(self) -> Any:
+        if self._records is None:
+            self._records = self._guarded()
+        return next(self._records)
+
+    def _guarded(self) -> Iterator[Any]:
+        batch = self._batch
+        try:
+            records = iter(batch)  # a compressed batch is unpacked here (compiled) or at its first record (Python);
+            record = next(records)  # the compiled batch may be iterated once: next() on it from here on
+        except StopIteration:
+            return
+        except BatchTooLarge as exc:
+            last = batch.next_offset - 1
+            first = getattr(batch, "base_offset", last)
+            value = Dropped.make(first, last, exc.compressed_bytes, exc.cap, "max_batch_unpacked_bytes", exc.cap)
+            yield _StandIn(
+                last, getattr(batch, "max_timestamp", -1), getattr(batch, "timestamp_type", 0), None, value, []
+            )
+            return
+        limit = self._max_record_bytes
+        while True:
+            value = record.value
+            if value is not None and len(value) > limit:
+                dropped = Dropped.make(record.offset, record.offset, None, len(value), "max_record_bytes", limit)
+                yield _StandIn(
+                    record.offset, record.timestamp, record.timestamp_type, record.key, dropped, record.headers
+                )
+            else:
+                yield record
+            try:
+                record = next(records)
+            except StopIteration:
+                return
+
+
+class GuardedRecords:
+    """Wraps the client's ``MemoryRecords`` (one partition's fetched bytes): its batches are :class:`GuardedBatch`."""
+
+    max_record_bytes = 1_048_576
+    memory_records: Any = None
+
+    def __init__(self, data: Any) -> None:
+        self._records = type(self).memory_records(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._records, name)
+
+    def has_next(self) -> bool:
+        return bool(self._records.has_next())
+
+    def next_batch(self) -> Any:
+        batch = self._records.next_batch()
+        return None if batch is None else GuardedBatch(batch, self.max_record_bytes)
+
+
+def install(max_batch_bytes: int, max_record_bytes: int) -> None:
+    """Bound the client's unpacking in this process (see the module docstring); calling it again re-sets the caps.
+
+    Args:
+        max_batch_bytes: a compressed batch unpacks to at most this, bytes (else one stand-in for the batch).
+        max_record_bytes: a record's value above this becomes a stand-in without it, bytes.
+
+    Raises:
+        ConfigError: the installed aiokafka lacks a hook point (a version this module was not checked against).
+    """
+    codecs = capped_codecs(max_batch_bytes)
+    found = 0
+    for name in RECORD_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # the compiled records are optional (AIOKAFKA_NO_EXTENSIONS, no wheel)
+            continue
+        for codec in CODEC_NAMES:
+            if hasattr(module, codec):
+                setattr(module, codec, codecs[codec])
+                found += 1
+    fetcher = importlib.import_module("aiokafka.consumer.fetcher")
+    current = getattr(fetcher, "MemoryRecords", None)
+    if found < 4 or current is None:
+        raise ConfigError(
+            "this aiokafka version cannot be bounded (no codec names or fetcher.MemoryRecords to hook); "
+            "install aiokafka>=0.12,<0.15"
+        )
+    if not (isinstance(current, type) and issubclass(current, GuardedRecords)):
+        GuardedRecords.memory_records = current
+        fetcher.MemoryRecords = GuardedRecords  # type: ignore[attr-defined]
+    GuardedRecords.max_record_bytes = max_record_bytes

@@ -1,0 +1,244 @@
+"""Bounded unpacking (consumer/unpack.py) and the in-flight budget (consumer/budget.py), without Kafka: real record
+batches built by aiokafka's own builders, read back through its fetcher's MemoryRecords for both record
+implementations (compiled and pure Python) and every codec."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import aiokafka.consumer.fetcher as fetcher
+import pytest
+from aiokafka import TopicPartition
+from prometheus_client import CollectorRegistry
+
+from consumer.budget import InFlight, budget_problem, memory_limit_bytes
+from consumer.errors import ConfigError, DeadLetterReason
+from consumer.intake import Intake
+from consumer.metrics import Metrics
+from consumer.offsets import OffsetTracker
+from consumer.oip.decode import Limits
+from consumer.schema import ModelSignature
+from consumer.sink import (
+    COMPRESSED_BYTES_HEADER,
+    FIRST_OFFSET_HEADER,
+    LAST_OFFSET_HEADER,
+    OFFSET_HEADER,
+    UNPACKED_OVER_HEADER,
+    VALUE_DROPPED_HEADER,
+    AnswerRecords,
+)
+from consumer.unpack import BatchTooLarge, Dropped, capped_codecs, install
+from consumer.work import Work
+from tests.unit.fakes import record
+
+CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+CAP = 1 << 20
+MAX_RECORD = 10_000
+
+
+def implementations() -> list[Any]:
+    mods = [importlib.import_module("aiokafka.record.default_records")]
+    with contextlib.suppress(ImportError):  # no compiled extension on this platform
+        mods.insert(0, importlib.import_module("aiokafka.record._crecords.default_records"))
+    return mods
+
+
+def batch(module: Any, codec: int, values: list[bytes], base_offset: int = 0) -> bytes:
+    builder = module.DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=1_700_000_000_000, key=b"k%d" % i, value=value, headers=[("h", b"v")])
+    raw = bytearray(builder.build())
+    raw[0:8] = base_offset.to_bytes(8, "big")  # the broker assigns offsets; the CRC does not cover them
+    return bytes(raw)
+
+
+def read_all(data: bytes) -> list[Any]:
+    records = fetcher.MemoryRecords(data)
+    out = []
+    while records.has_next():
+        out.extend(records.next_batch())
+    return out
+
+
+@pytest.fixture(autouse=True)
+def bounded() -> None:
+    install(CAP, MAX_RECORD)
+
+
+@pytest.mark.parametrize("module", implementations(), ids=lambda m: m.__name__.split(".")[-2])
+@pytest.mark.parametrize("codec", list(CODECS.values()), ids=list(CODECS))
+def test_batches_pass_until_too_large(module: Any, codec: int) -> None:
+    small = batch(module, codec, [b"x" * 500] * 3, base_offset=0)
+    large_value = batch(module, codec, [b"a" * 100, b"y" * (MAX_RECORD + 1), b"b" * 100], base_offset=3)
+    bomb = batch(module, codec, [b"\0" * (CAP // 2)] * 3, base_offset=6)  # 1.5x the cap of zeros
+    after = batch(module, codec, [b"z" * 10], base_offset=9)
+    got = read_all(small + large_value + bomb + after)
+
+    assert [r.offset for r in got] == [0, 1, 2, 3, 4, 5, 8, 9]
+    assert [r.value for r in got[:4]] == [b"x" * 500] * 3 + [b"a" * 100]
+    dropped = got[4].value
+    assert type(dropped) is Dropped
+    assert dropped == b""
+    assert (dropped.first_offset, dropped.last_offset, dropped.unpacked_bytes) == (4, 4, MAX_RECORD + 1)
+    assert dropped.compressed_bytes is None
+    assert (got[4].key, list(got[4].headers)) == (b"k1", [("h", b"v")])  # the correlation ID stays
+    assert got[5].value == b"b" * 100
+    whole = got[6].value
+    assert type(whole) is Dropped
+    assert (whole.first_offset, whole.last_offset, whole.unpacked_bytes) == (6, 8, CAP)
+    assert whole.compressed_bytes is not None
+    assert 0 < whole.compressed_bytes < len(bomb)
+    assert got[6].key is None
+    assert got[7].value == b"z" * 10
+
+
+@pytest.mark.parametrize("name", list(CODECS))
+def test_capped_decoders_match_the_clients_below_the_cap(name: str) -> None:
+    import aiokafka.codec as codec
+
+    payload = bytes(range(256)) * 2000 + b"\0" * 100_000
+    encode = getattr(codec, f"{name}_encode")
+    compressed = encode(payload)
+    decode = capped_codecs(len(payload))[f"{name}_decode"]
+    assert decode(compressed) == getattr(codec, f"{name}_decode")(compressed) == payload
+    with pytest.raises(BatchTooLarge) as info:
+        capped_codecs(len(payload) - 1)[f"{name}_decode"](compressed)
+    assert info.value.cap == len(payload) - 1
+
+
+def test_gzip_of_several_members_is_capped_over_all() -> None:
+    import gzip
+
+    member = gzip.compress(b"\0" * 600)
+    assert capped_codecs(1200)["gzip_decode"](member + member) == b"\0" * 1200
+    with pytest.raises(BatchTooLarge):
+        capped_codecs(1199)["gzip_decode"](member + member)
+
+
+BOMB_UNDER_LIMIT = """
+import resource, sys
+sys.path.insert(0, {root!r})
+import cramjam
+from consumer.unpack import BatchTooLarge, capped_codecs
+chunk = b"\\0" * (64 << 20)
+data = {{}}
+c = cramjam.zstd.Compressor()
+for _ in range(32): c.compress(chunk)  # 2 GiB of zeros
+data["zstd"] = bytes(c.finish())
+c = cramjam.lz4.Compressor()
+for _ in range(32): c.compress(chunk)
+data["lz4"] = bytes(c.finish())
+import zlib
+z = zlib.compressobj(1, zlib.DEFLATED, 31)
+data["gzip"] = b"".join([z.compress(chunk) for _ in range(16)] + [z.flush()])  # 1 GiB
+del chunk
+resource.setrlimit(resource.RLIMIT_DATA, (512 << 20, 512 << 20))
+for name, payload in data.items():
+    try:
+        capped_codecs(128 << 20)[name + "_decode"](payload)
+    except BatchTooLarge:
+        print(name, "refused")
+"""
+
+
+def test_bombs_are_refused_under_a_data_limit(tmp_path: Path) -> None:
+    """2 GiB (zstd, lz4) and 1 GiB (gzip) of zeros under a 512 MiB data limit: refused, not unpacked. An unbounded
+    decoder fails this test with a MemoryError instead of taking the machine down."""
+    script = tmp_path / "bomb.py"
+    script.write_text(textwrap.dedent(BOMB_UNDER_LIMIT.format(root=str(Path(__file__).parents[2]))))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:3] == ["zstd refused", "lz4 refused", "gzip refused"]
+
+
+def test_install_refuses_a_client_it_cannot_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(fetcher, "MemoryRecords")
+    with pytest.raises(ConfigError, match="cannot be bounded"):
+        install(CAP, MAX_RECORD)
+
+
+def test_install_twice_wraps_once() -> None:
+    install(CAP, MAX_RECORD)
+    install(CAP * 2, 5)
+    assert fetcher.MemoryRecords.memory_records is not fetcher.MemoryRecords  # type: ignore[attr-defined]
+    assert fetcher.MemoryRecords.max_record_bytes == 5  # type: ignore[attr-defined]
+    install(CAP, MAX_RECORD)
+
+
+# -- stand-ins downstream
+def test_stand_ins_are_dead_lettered_too_large_without_the_bomb(digits_signature: ModelSignature) -> None:
+    tp = TopicPartition("requests", 0)
+    whole = Dropped.make(10, 14, 4096, CAP, "max_batch_unpacked_bytes", CAP)
+    one = Dropped.make(15, 15, None, 20 << 20, "max_record_bytes", 1 << 20)
+    records = [record("requests", 0, 14, whole), record("requests", 0, 15, one, key=b"cid")]
+    intake = Intake(digits_signature, Limits(), None, Metrics(CollectorRegistry()), lambda: 0.0)
+    import asyncio
+
+    works = asyncio.run(intake.decode({tp: records}, OffsetTracker()))
+    assert [w.error.reason for w in works if w.error is not None] == [DeadLetterReason.TOO_LARGE] * 2
+    assert "offsets 10-14 (4096 bytes compressed)" in str(works[0].error)
+    assert "20971520 bytes exceeds max_record_bytes=1048576" in str(works[1].error)
+    sink = AnswerRecords(results_topic="results", dead_letter_topic="dlq", group_id="g")
+    _, key, value, headers = sink.of(works[0])
+    got = dict(headers)
+    assert (key, value) == (None, b"")
+    assert got[FIRST_OFFSET_HEADER] == b"10"
+    assert got[LAST_OFFSET_HEADER] == got[OFFSET_HEADER] == b"14"
+    assert (got[COMPRESSED_BYTES_HEADER], got[UNPACKED_OVER_HEADER]) == (b"4096", str(CAP).encode())
+    _, key, value, headers = sink.of(works[1])
+    assert (key, value, dict(headers)[VALUE_DROPPED_HEADER]) == (b"cid", None, str(20 << 20).encode())
+
+
+# -- the in-flight budget
+def work_of(value: bytes, rows: int = 1) -> Work:
+    tp = TopicPartition("t", 0)
+    offsets = OffsetTracker[TopicPartition]().partition(tp)
+    return Work(record("t", 0, 0, value), tp, offsets, b"c", None, None, rows, 0.0)  # type: ignore[arg-type]
+
+
+def test_fetches_are_sized_by_rows_and_bytes() -> None:
+    metrics = Metrics(CollectorRegistry())
+    held = InFlight(max_rows=100, max_bytes=10_000, max_record_bytes=1_000, metrics=metrics)
+    assert held.room(500) == 10  # ten records of the largest size fit
+    big = [work_of(b"x" * 1_000) for _ in range(5)]
+    held.add(big)
+    assert (held.rows, held.bytes, held.room(500), held.full) == (5, 5_000, 5, False)
+    held.add([work_of(b"y" * 4_500)])
+    assert held.full  # 500 bytes left: not one more record of the largest size
+    assert held.room(500) == 1  # a fetch while full keeps the member in the group
+    held.remove(big)
+    assert (held.rows, held.bytes, held.full) == (1, 4_500, False)
+    held.add([work_of(b"", rows=99)])
+    assert held.full  # rows
+    assert metrics.in_flight_bytes._value.get() == 4_500
+    held.clear()
+    assert (held.rows, held.bytes) == (0, 0)
+
+
+def test_memory_limit_and_budget(tmp_path: Path) -> None:
+    v2 = tmp_path / "memory.max"
+    v2.write_text("2147483648\n")
+    assert memory_limit_bytes([str(v2)]) == (2 << 30, str(v2))
+    v2.write_text("max\n")
+    assert memory_limit_bytes([str(v2)]) is None
+    assert memory_limit_bytes([str(tmp_path / "absent")]) is None
+    assert budget_problem(256 << 20, 64 << 20, (2 << 30, "f")) is None  # the cpu overlay's 2 GiB limit
+    problem = budget_problem(900 << 20, 64 << 20, (2 << 30, "f"))
+    assert problem is not None
+    assert "max_in_flight_bytes" in problem
+    assert "max_batch_unpacked_bytes" in problem
+    assert budget_problem(1 << 40, 1 << 40, None) is None
