@@ -30,6 +30,9 @@ Scenarios (consumers run as separate processes, ``python -m consumer``, unless n
   group (one assignment only) and answer everything.
 - ``backlog``: ``--backlog`` records (1,000,000 in the full run) waiting before the consumer starts; prints the
   consumer's peak resident memory (bounded by ``max_in_flight_rows`` and the fetch buffers) and its throughput.
+- ``compression_bomb``: a zstd batch of 2,000 MiB of zeros and 300 zstd records of 20 MiB of zeros each (a few KB on
+  the wire; 30 in the quick run), then valid requests, read by a consumer under a 1.5 GiB data limit: every bomb is
+  dead-lettered ``too_large``, every valid request answered, and the consumer never exits.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import asyncio
 import contextlib
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -59,6 +63,7 @@ from prometheus_client import CollectorRegistry
 from consumer.errors import DeadLetterReason
 from consumer.oip.client import encode_request
 from consumer.oip.wire import CORRELATION_HEADER
+from producer_tools.bombs import bomb_producer, send_whole_batch_bomb
 from producer_tools.poison import catalogue
 from producer_tools.produce import DEFAULT_HELDOUT, Headers, Outgoing, send_all
 from producer_tools.results import Report, collect
@@ -151,6 +156,7 @@ class ConsumerProcess:
     """``python -m consumer`` as a child process, with its log in the work folder."""
 
     def __init__(self, harness: Harness, topics: dict[str, str], group: str, name: str, *extra: str) -> None:
+        self.data_limit_bytes: int | None = None  # RLIMIT_DATA of the child, when set
         self.harness = harness
         self.topics = topics
         self.group = group
@@ -180,7 +186,9 @@ class ConsumerProcess:
             "--warmup-runs", "1",
             *self.extra,
         ]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+        limit = self.data_limit_bytes
+        limited = None if limit is None else lambda: resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limited)  # noqa: S603
         log.close()
         if wait:
             self.wait_ready()
@@ -630,6 +638,54 @@ async def scenario_backlog(h: Harness, plan: Plan) -> Outcome:
     return Outcome("backlog", n, lost, max(0, answered - n), 0, ok, note)
 
 
+async def scenario_compression_bomb(h: Harness, plan: Plan) -> Outcome:
+    tag = f"bomb-{uuid.uuid4().hex[:6]}"
+    topics = {"requests": f"{tag}.requests", "results": f"{tag}.results", "dlq": f"{tag}.requests.dlq"}
+    big = {"max.message.bytes": str(16 << 20)}  # the broker checks compressed bytes only
+    await ensure_topics(h.bootstrap, dict.fromkeys(topics.values(), 1), configs={topics["requests"]: big})
+    producer = bomb_producer(h.bootstrap, "zstd")
+    await producer.start()
+    bombs: list[Outgoing] = []
+    try:
+        first = await send_whole_batch_bomb(producer, topics["requests"], 0, "zstd", 100, 20 << 20)
+        bombs.append(Outgoing(f"{topics['requests']}:0:{first + 99}", None, expected_reason="too_large"))
+        value = b"\0" * (20 << 20)
+        for _ in range(300 if plan.records >= 10_000 else 30):
+            sent = await producer.send_and_wait(topics["requests"], value, partition=0)
+            bombs.append(Outgoing(f"{topics['requests']}:0:{sent.offset}", None, expected_reason="too_large"))
+    finally:
+        await producer.stop()
+    good = h.digits(tag, max(50, plan.records // 100))
+    await h.produce(topics["requests"], good)
+    proc = h.consumer(topics, tag, "m0")
+    proc.data_limit_bytes = 1536 << 20
+    proc.start()
+    report = await h.answers(topics, bombs + good, timeout_s=180)
+    peak = proc.rss_bytes()
+    alive = proc.returncode is None
+    code, _ = proc.terminate()
+    missed = sum(
+        1
+        for b in bombs
+        if b.correlation_id not in report.answers or report.answers[b.correlation_id].reason != "too_large"
+    )
+    lost = sum(
+        1 for g in good if g.correlation_id not in report.answers or report.answers[g.correlation_id].kind != "result"
+    )
+    ok = missed == 0 and lost == 0 and alive and code == 0
+    note = f"{len(bombs)} bombs, 1.5 GiB data limit, RSS {peak / 2**20:.0f} MiB after, consumer alive: {alive}"
+    return Outcome(
+        "compression_bomb",
+        len(bombs) + len(good),
+        lost,
+        report.duplicates,
+        report.dead_letters,
+        ok,
+        note,
+        poison_missed=missed,
+    )
+
+
 SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
     "kill9": scenario_kill9,
     "exactly_once": lambda h, p: scenario_kill9(h, p, exactly_once=True),
@@ -641,6 +697,7 @@ SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
     "graceful": scenario_graceful,
     "slow_model": scenario_slow_model,
     "backlog": scenario_backlog,
+    "compression_bomb": scenario_compression_bomb,
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -269,8 +270,19 @@ class Child:
     log: Path
 
 
-def start_streaminfer(bootstrap: str, topics: dict[str, str], model: Path, log: Path, **settings: Any) -> Child:
-    """``python -m consumer`` on ``topics`` with a fresh group and ``settings`` (flag name -> value); ready."""
+def start_streaminfer(
+    bootstrap: str,
+    topics: dict[str, str],
+    model: Path,
+    log: Path,
+    data_limit_bytes: int | None = None,
+    **settings: Any,
+) -> Child:
+    """``python -m consumer`` on ``topics`` with a fresh group and ``settings`` (flag name -> value); ready.
+
+    Args:
+        data_limit_bytes: the child's ``RLIMIT_DATA`` (heap and private mappings), bytes; None: inherited.
+    """
     port = free_port()
     cmd = [
         sys.executable, "-m", "consumer",
@@ -287,9 +299,21 @@ def start_streaminfer(bootstrap: str, topics: dict[str, str], model: Path, log: 
     for name, value in settings.items():
         cmd += [f"--{name.replace('_', '-')}", str(value)]
     with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603 (our own module)
+        proc = subprocess.Popen(  # noqa: S603 (our own module)
+            cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_data_limit(data_limit_bytes)
+        )
     wait_ready(port, proc, timeout_s=180)
     return Child(proc, port, log)
+
+
+def _data_limit(limit: int | None) -> Callable[[], None] | None:
+    if limit is None:
+        return None
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+    return apply
 
 
 def start_worker(mode: str, bootstrap: str, topics: dict[str, str], model: Path, log: Path, seconds: float) -> Child:

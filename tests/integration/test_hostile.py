@@ -1,0 +1,110 @@
+"""Hostile batches against the real broker: compression bombs (gzip, snappy, lz4, zstd; one record per batch and
+whole batches) must not crash the consumer. It runs as its own process under a data limit (``RLIMIT_DATA``), so a
+regression that unpacks a bomb fails with an out-of-memory exit instead of taking the machine down."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from consumer.sink import FIRST_OFFSET_HEADER, LAST_OFFSET_HEADER, OFFSET_HEADER, REASON_HEADER, VALUE_DROPPED_HEADER
+from producer_tools.bench.measure import start_streaminfer, stop
+from producer_tools.bombs import bomb_producer, send_whole_batch_bomb
+from producer_tools.produce import digits_requests
+from producer_tools.topics import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+MIB = 1 << 20
+#: The consumer's data limit: far below what one whole-batch bomb or the per-record bombs unpack to.
+DATA_LIMIT = 1536 * MIB
+#: (codec, per-record bombs of 20 MiB, records x MiB of the whole-batch bomb). zstd: the issue's 300 records.
+BOMBS = (("zstd", 300, (100, 20)), ("lz4", 80, (100, 20)), ("gzip", 8, (64, 16)), ("snappy", 4, (8, 16)))
+
+
+async def read_all(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[Any]:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    out: list[Any] = []
+    try:
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while len(out) < want and time.monotonic() < deadline:
+            for recs in (await consumer.getmany(timeout_ms=1000)).values():
+                out.extend(recs)
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def test_compression_bombs_are_dead_lettered_under_a_data_limit(
+    kafka_bootstrap: str, digits_model: Path, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    topics = {"requests": f"it-{tag}.requests", "results": f"it-{tag}.results", "dlq": f"it-{tag}.dlq"}
+    # The broker checks the compressed batch only; 16 MiB lets the whole-batch snappy and gzip bombs in.
+    await ensure_topics(
+        kafka_bootstrap,
+        {topics["requests"]: 1, topics["results"]: 1, topics["dlq"]: 1},
+        configs={topics["requests"]: {"max.message.bytes": str(16 * MIB)}},
+    )
+    whole: dict[int, tuple[str, int]] = {}  # first offset -> (codec, records)
+    per_record: set[int] = set()
+    value = b"\0" * (20 * MIB)
+    for codec, count, (records, mib) in BOMBS:
+        producer = bomb_producer(kafka_bootstrap, codec)
+        await producer.start()
+        try:
+            first = await send_whole_batch_bomb(producer, topics["requests"], 0, codec, records, mib * MIB)
+            whole[first] = (codec, records)
+            for _ in range(count):
+                metadata = await producer.send_and_wait(topics["requests"], value, partition=0)
+                per_record.add(metadata.offset)
+        finally:
+            await producer.stop()
+    valid = next(iter(digits_requests(tag, digits_model / "heldout.npz", limit=1)))
+    producer = bomb_producer(kafka_bootstrap, None)
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            topics["requests"], valid.value, partition=0, headers=[("correlation_id", valid.correlation_id.encode())]
+        )
+    finally:
+        await producer.stop()
+
+    child = start_streaminfer(
+        kafka_bootstrap, topics, digits_model / "digits.onnx", tmp_path / "consumer.log", data_limit_bytes=DATA_LIMIT
+    )
+    peak = 0
+    try:
+        results = await read_all(kafka_bootstrap, topics["results"], 1, timeout_s=120)
+        dead = await read_all(kafka_bootstrap, topics["dlq"], len(whole) + len(per_record), timeout_s=60)
+        peak = psutil.Process(child.proc.pid).memory_info().rss
+        assert child.proc.poll() is None, (tmp_path / "consumer.log").read_text()[-3000:]
+    finally:
+        stop(child)
+
+    assert [dict(r.headers)["correlation_id"] for r in results] == [valid.correlation_id.encode()]
+    assert len(dead) == len(whole) + len(per_record)
+    seen_whole: dict[int, int] = {}
+    seen_per_record: set[int] = set()
+    for letter in dead:
+        headers = dict(letter.headers)
+        assert headers[REASON_HEADER] == b"too_large"
+        assert len(letter.value or b"") == 0  # never the bomb
+        if FIRST_OFFSET_HEADER in headers:
+            first, last = int(headers[FIRST_OFFSET_HEADER]), int(headers[LAST_OFFSET_HEADER])
+            assert int(headers[OFFSET_HEADER]) == last
+            seen_whole[first] = last - first + 1
+        else:
+            assert headers[VALUE_DROPPED_HEADER] == str(20 * MIB).encode()
+            seen_per_record.add(int(headers[OFFSET_HEADER]))
+    assert seen_whole == {first: records for first, (_, records) in whole.items()}
+    assert seen_per_record == per_record
+    assert peak < DATA_LIMIT
