@@ -187,7 +187,7 @@ class Settings(BaseSettings):
         "dead-lettered too_large, bytes.",
     )
     max_in_flight_bytes: int = Field(
-        268_435_456,
+        536_870_912,
         ge=1024,
         description="Record keys and values fetched but not yet answered; fetches are sized to stay below it, bytes.",
     )

@@ -23,6 +23,7 @@ import yaml
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
+from consumer.budget import budget_problem
 from consumer.config import ENV_PREFIX, Settings
 from consumer.health import HEALTHZ_PATH, METRICS_PATH, READYZ_PATH
 
@@ -263,3 +264,27 @@ def test_cpu_overlay_runs_on_cpu() -> None:
     assert env_of(docs)["STREAMINFER_EXECUTION_PROVIDER"] == "cpu"
     assert "nvidia.com/gpu" not in container_of(docs)["resources"].get("limits", {})
     assert container_of(docs)["image"].endswith("-cpu")
+
+
+def _bytes(quantity: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return int(float(quantity[: -len(suffix)]) * factor)
+    return int(quantity)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_memory_limit_fits_the_fetch_budget(overlay: str) -> None:
+    """The start-up check (consumer/budget.py) would refuse a pod whose memory limit is below the fetch budget."""
+    docs = build(overlay)
+    env = env_of(docs)
+    fields = Settings.model_fields
+
+    def setting(name: str) -> int:
+        return int(env.get(f"{ENV_PREFIX}{name.upper()}", fields[name].default))
+
+    limit = _bytes(container_of(docs)["resources"]["limits"]["memory"])
+    problem = budget_problem(setting("max_in_flight_bytes"), setting("max_batch_unpacked_bytes"), (limit, overlay))
+    assert problem is None, problem
+    assert budget_problem(limit, 0, (limit, overlay)) is not None  # the check can fail
