@@ -34,7 +34,7 @@ demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model,
 test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a real broker
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP) $(MODEL) ## benchmark vs naive, the Kafka client alone and bare ORT (digits + MiniLM) -> bench-results/; ~6 min + a one-time export
+bench: $(STAMP) $(MODEL) ## benchmark vs naive, the Kafka client alone and bare ORT (digits + MiniLM) -> bench-results/; ~9 min + a one-time export
 	scripts/bench $(BENCH_ARGS)
 
 faults: $(STAMP) $(MODEL) ## fault injection in full (20,000 records, 10 kills, 1,000,000 backlog): table + summary
