@@ -4,7 +4,7 @@ Both delivery modes size every fetch with :meth:`InFlight.room` and pause the pa
 :attr:`InFlight.full`. A fetch takes no more records than rows are free (every record holds at least one row), and
 no more than the free bytes could hold if each record were as large as ``max_record_bytes`` (a larger value never
 stays: :mod:`consumer.unpack` keeps only its size), so the record bytes held never pass ``max_in_flight_bytes``
-by more than one record. Bytes are a record's key and value as the client materialised them.
+by more than one record. Bytes are a record's key, value and headers as the client materialised them.
 """
 
 from __future__ import annotations
@@ -17,10 +17,14 @@ from consumer.work import Work
 
 
 def held_bytes(work: Work) -> int:
-    """The key and value bytes ``work``'s record holds (a stand-in for a dropped value or batch: its key only)."""
+    """The key, value and header bytes ``work``'s record holds (a stand-in for a dropped value or batch: what it
+    kept)."""
     record = work.record
-    key, value = record.key, record.value
-    return (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    key, value, headers = record.key, record.value, record.headers
+    size = (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    if headers:
+        size += sum(len(k) + (len(v) if v is not None else 0) for k, v in headers)
+    return size
 
 
 class InFlight:

@@ -183,13 +183,15 @@ class Settings(BaseSettings):
     max_batch_unpacked_bytes: int = Field(
         67_108_864,
         ge=1024,
+        le=2_147_483_647,
         description="A compressed record batch that unpacks to more is never unpacked: its offset range is "
         "dead-lettered too_large, bytes.",
     )
     max_in_flight_bytes: int = Field(
         536_870_912,
         ge=1024,
-        description="Record keys and values fetched but not yet answered; fetches are sized to stay below it, bytes.",
+        description="Record keys, values and headers fetched but not yet answered; fetches are sized to stay below "
+        "it, bytes.",
     )
     max_record_rows: int = Field(
         1024, ge=1, le=MAX_ROWS_LIMIT, description="Largest accepted shape[0] of one request, rows."
@@ -239,6 +241,11 @@ class Settings(BaseSettings):
             raise ValueError("heartbeat_interval_ms must be below session_timeout_ms")
         if self.max_in_flight_bytes < self.max_record_bytes:
             raise ValueError("max_in_flight_bytes must be at least max_record_bytes (one largest record must fit)")
+        if self.max_batch_unpacked_bytes < self.max_record_bytes:
+            raise ValueError(
+                "max_batch_unpacked_bytes must be at least max_record_bytes (a batch holding one largest record "
+                "must unpack)"
+            )
         if len({self.requests_topic, self.results_topic, self.dead_letter_topic}) != 3:
             raise ValueError("requests_topic, results_topic and dead_letter_topic must differ")
         if not self.model_path.is_file():

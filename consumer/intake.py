@@ -117,5 +117,6 @@ class Intake:
             outcomes[i] = DecodeError(DeadLetterReason.UNDECODABLE_RECORD, rec.error)
         for i, value in enumerate(values):
             if type(value) is Dropped:  # a batch or value the client was not let unpack or keep
-                outcomes[i] = DecodeError(DeadLetterReason.TOO_LARGE, value.describe())
+                reason = DeadLetterReason.TOO_LARGE if value.error is None else DeadLetterReason.UNDECODABLE_RECORD
+                outcomes[i] = DecodeError(reason, value.describe())
         return outcomes

@@ -96,7 +96,7 @@ class Metrics:
         )
         self.in_flight_bytes = Gauge(
             "streaminfer_in_flight_bytes",
-            "Record key and value bytes fetched and not yet answered (limit: max_in_flight_bytes).",
+            "Record key, value and header bytes fetched and not yet answered (limit: max_in_flight_bytes).",
             registry=registry,
         )
         self.commits = Counter("streaminfer_commits", "Successful offset commits.", registry=registry)

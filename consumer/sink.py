@@ -22,8 +22,8 @@ with neither key nor value gets an empty value, since Kafka clients need one of 
     streaminfer.consumer.group              consumer group id
 
 When that record would exceed the producer's max request size, a *reduced* dead letter is written instead: no
-value (header ``streaminfer.error.original_value_bytes`` gives its size) and header values cut to 1024 bytes, so
-a poison record can never block its partition.
+value (header ``streaminfer.error.original_value_bytes`` gives its size), the key and header keys and values cut to
+1024 bytes, so a poison record can never block its partition.
 
 A record whose value the consumer never kept (above ``max_record_bytes``) or a compressed batch it never unpacked
 (above ``max_batch_unpacked_bytes``; see :mod:`consumer.unpack`) is dead-lettered ``too_large`` without a value:
@@ -81,12 +81,14 @@ def dropped_headers(dropped: Dropped) -> Headers:
     offsets, compressed size and cap (a batch that was not unpacked)."""
     if dropped.compressed_bytes is None:
         return [(VALUE_DROPPED_HEADER, str(dropped.unpacked_bytes).encode())]
-    return [
+    headers: Headers = [
         (FIRST_OFFSET_HEADER, str(dropped.first_offset).encode()),
         (LAST_OFFSET_HEADER, str(dropped.last_offset).encode()),
         (COMPRESSED_BYTES_HEADER, str(dropped.compressed_bytes).encode()),
-        (UNPACKED_OVER_HEADER, str(dropped.unpacked_bytes).encode()),
     ]
+    if dropped.error is None:
+        headers.append((UNPACKED_OVER_HEADER, str(dropped.unpacked_bytes).encode()))
+    return headers
 
 
 class AnswerRecords:
@@ -140,20 +142,21 @@ class AnswerRecords:
 
         Args:
             reduced: a dead letter that always fits: no value (its size goes to header
-                ``streaminfer.error.original_value_bytes``) and every header value cut to 1024 bytes. Used when
-                the full dead letter is larger than the producer's max request size.
+                ``streaminfer.error.original_value_bytes``), the key and every header key and value cut to 1024
+                bytes. Used when the full dead letter is larger than the producer's max request size.
         """
         message = str(error)[:MAX_MESSAGE_CHARS]
         cls = type(error)
         headers: Headers = list(record.headers)
-        value = record.value
+        key, value = record.key, record.value
         if type(value) is Dropped:  # never fetched whole: say what was dropped instead
             headers += dropped_headers(value)
             value = None
         if reduced:
             cap = MAX_REDUCED_HEADER_BYTES
-            headers = [(k, v[:cap] if v is not None else None) for k, v in headers]
+            headers = [(k[:cap], v[:cap] if v is not None else None) for k, v in headers]
             correlation_id = correlation_id[:cap]
+            key = record.key[:cap] if record.key is not None else None
             size = len(value) if value is not None else -1
             headers.append((VALUE_DROPPED_HEADER, str(size).encode()))
             value = None
@@ -168,6 +171,6 @@ class AnswerRecords:
             (TIMESTAMP_HEADER, str(record.timestamp).encode()),
             (GROUP_HEADER, self._group),
         ]
-        if value is None and record.key is None:
+        if value is None and key is None:
             value = b""  # Kafka clients need a key or a value; an empty value stands for "none"
-        return self.dead_letter_topic, record.key, value, headers
+        return self.dead_letter_topic, key, value, headers

@@ -12,9 +12,12 @@ ours could see a record, so :func:`install` puts two narrow hooks into the clien
    declares, read before the block is unpacked. Past the cap they raise :class:`BatchTooLarge`.
 2. **Stand-ins.** ``aiokafka.consumer.fetcher.MemoryRecords`` is wrapped so that every batch the fetcher iterates
    turns a :class:`BatchTooLarge` into one record standing for the whole batch (at the batch's last offset, so the
-   client moves past it), and a record whose value exceeds ``max_record_bytes`` into one without it. Either
-   stand-in's value is a :class:`Dropped` (an empty ``bytes`` carrying the offsets and sizes seen); the intake
-   dead-letters it ``too_large`` and the dead letter never carries the bomb.
+   client moves past it), a batch its codec cannot unpack at all (a corrupt payload the broker accepted, e.g.
+   gzip or lz4 with trailing garbage) into the same kind of stand-in, and a record whose key, value and headers
+   exceed ``max_record_bytes`` into one without its value (and without its key and headers where those alone are
+   too large). Every stand-in's value is a :class:`Dropped` (an empty ``bytes`` carrying the offsets and sizes
+   seen); the intake dead-letters it ``too_large`` (``undecodable_record`` for a corrupt batch) and the dead letter
+   never carries the bomb.
 
 Memory: one partially read batch per assigned partition (at most ``max_batch_bytes`` each, unpacked) plus the records
 fetched and not yet answered (``max_in_flight_bytes``). Checked against aiokafka 0.12 to 0.14 (the versions
@@ -66,14 +69,44 @@ class BatchTooLarge(Exception):
         self.cap = cap
 
 
+class BatchCorrupt(Exception):
+    """A compressed record batch its codec cannot unpack (a corrupt payload the broker accepted).
+
+    Attributes:
+        compressed_bytes: the batch's compressed payload, bytes.
+        error: the codec's error, as text.
+    """
+
+    def __init__(self, compressed_bytes: int, error: str) -> None:
+        super().__init__(error)
+        self.compressed_bytes = compressed_bytes
+        self.error = error
+
+
+def _reporting(decode: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """``decode`` with every error but :class:`BatchTooLarge` raised as :class:`BatchCorrupt`."""
+
+    def guarded(payload: Any) -> bytes:
+        try:
+            return decode(payload)
+        except BatchTooLarge:
+            raise
+        except Exception as exc:  # zlib.error, cramjam.DecompressionError, ValueError, struct.error, ...
+            raise BatchCorrupt(len(payload), f"{type(exc).__name__}: {exc}") from exc
+
+    return guarded
+
+
 class Dropped(bytes):
     """The (empty) value of a stand-in record: what was dropped and why.
 
     Attributes:
         first_offset, last_offset: the source offsets it stands for (equal for one record).
         compressed_bytes: a whole batch: its compressed payload, bytes; None for one record.
-        unpacked_bytes: a whole batch: the cap it passed (it unpacks to more), bytes; one record: its value, bytes.
+        unpacked_bytes: a whole batch: the cap it passed (it unpacks to more), bytes; one record: its key, value and
+            headers, bytes.
         limit_name, limit: the setting it broke and its value, bytes.
+        error: a whole batch the client cannot unpack at all (a corrupt payload): why; None otherwise.
     """
 
     first_offset: int
@@ -82,6 +115,7 @@ class Dropped(bytes):
     unpacked_bytes: int
     limit_name: str
     limit: int
+    error: str | None = None
 
     @classmethod
     def make(
@@ -102,12 +136,20 @@ class Dropped(bytes):
 
     def describe(self) -> str:
         """The dead letter's message."""
+        if self.error is not None:
+            return (
+                f"record batch of offsets {self.first_offset}-{self.last_offset} ({self.compressed_bytes} bytes "
+                f"compressed) cannot be unpacked: {self.error}"
+            )
         if self.compressed_bytes is not None:
             return (
                 f"record batch of offsets {self.first_offset}-{self.last_offset} ({self.compressed_bytes} bytes "
                 f"compressed) unpacks to more than {self.limit_name}={self.limit} bytes; not unpacked"
             )
-        return f"value of {self.unpacked_bytes} bytes exceeds {self.limit_name}={self.limit}; not kept"
+        return (
+            f"record of {self.unpacked_bytes} bytes (key, value and headers) exceeds {self.limit_name}={self.limit}; "
+            "not kept"
+        )
 
 
 class _StandIn:
@@ -138,7 +180,7 @@ def capped_gzip(cap: int) -> Callable[[Any], bytes]:
                 raise BatchTooLarge(len(payload), cap)
             if not inflater.eof:
                 raise zlib.error("truncated gzip stream")
-            data = inflater.unused_data
+            data = inflater.unused_data.lstrip(b"\0")  # zero padding after a member is allowed (as gzip reads it)
         return b"".join(out)
 
     return decode
@@ -154,7 +196,10 @@ def capped_into(decompress_into: Callable[[Any, Any], int], cap: int) -> Callabl
         size = len(payload)
         guess = max(FIRST_GUESS_MIN_BYTES, size * FIRST_GUESS_RATIO)
         for room in (guess, cap + 1) if guess <= cap else (cap + 1,):
-            buffer = np.empty(room, np.uint8)  # pages are only touched as output is written
+            try:
+                buffer = np.empty(room, np.uint8)  # pages are only touched as output is written
+            except MemoryError:
+                raise BatchTooLarge(size, cap) from None
             try:
                 written = decompress_into(payload, buffer)
             except cramjam.DecompressionError as exc:
@@ -183,6 +228,8 @@ def capped_snappy(cap: int) -> Callable[[Any], bytes]:
             while cursor < len(data):
                 (length,) = struct.unpack_from("!i", data, cursor)
                 cursor += 4
+                if length < 0 or cursor + length > len(data):
+                    raise ValueError(f"corrupt xerial snappy block length {length} at byte {cursor - 4}")
                 blocks.append(data[cursor : cursor + length])
                 cursor += length
         else:
@@ -202,10 +249,10 @@ def capped_codecs(cap: int) -> dict[str, Callable[[Any], bytes]]:
     import cramjam
 
     return {
-        "gzip_decode": capped_gzip(cap),
-        "snappy_decode": capped_snappy(cap),
-        "lz4_decode": capped_into(cramjam.lz4.decompress_into, cap),
-        "zstd_decode": capped_into(cramjam.zstd.decompress_into, cap),
+        "gzip_decode": _reporting(capped_gzip(cap)),
+        "snappy_decode": _reporting(capped_snappy(cap)),
+        "lz4_decode": _reporting(capped_into(cramjam.lz4.decompress_into, cap)),
+        "zstd_decode": _reporting(capped_into(cramjam.zstd.decompress_into, cap)),
     }
 
 
@@ -215,8 +262,8 @@ class GuardedBatch:
 
     Args:
         batch: the client's batch (either record implementation).
-        max_record_bytes: a record whose value is larger becomes a stand-in without it, bytes (its key and headers
-            stay: the correlation ID is in them, and the batch cap bounds them).
+        max_record_bytes: a record whose key, value and headers add up to more becomes a stand-in without its
+            value, bytes (its key and headers stay where they alone fit: the correlation ID is in them).
     """
 
     def __init__(self, batch: Any, max_record_bytes: int) -> None:
@@ -242,21 +289,25 @@ class GuardedBatch:
             record = next(records)  # the compiled batch may be iterated once: next() on it from here on
         except StopIteration:
             return
-        except BatchTooLarge as exc:
-            last = batch.next_offset - 1
-            first = getattr(batch, "base_offset", last)
-            value = Dropped.make(first, last, exc.compressed_bytes, exc.cap, "max_batch_unpacked_bytes", exc.cap)
-            yield _StandIn(
-                last, getattr(batch, "max_timestamp", -1), getattr(batch, "timestamp_type", 0), None, value, []
-            )
+        except (BatchTooLarge, BatchCorrupt) as exc:
+            yield self._whole(exc)
             return
         limit = self._max_record_bytes
         while True:
-            value = record.value
-            if value is not None and len(value) > limit:
-                dropped = Dropped.make(record.offset, record.offset, None, len(value), "max_record_bytes", limit)
+            value, key, headers = record.value, record.key, record.headers
+            size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            if headers:
+                size += sum(len(k) + (len(v) if v is not None else 0) for k, v in headers)
+            if size > limit:
+                dropped = Dropped.make(record.offset, record.offset, None, size, "max_record_bytes", limit)
+                kept = size - (len(value) if value is not None else 0) <= limit  # key and headers alone fit
                 yield _StandIn(
-                    record.offset, record.timestamp, record.timestamp_type, record.key, dropped, record.headers
+                    record.offset,
+                    record.timestamp,
+                    record.timestamp_type,
+                    key if kept else None,
+                    dropped,
+                    headers if kept else [],
                 )
             else:
                 yield record
@@ -264,6 +315,18 @@ class GuardedBatch:
                 record = next(records)
             except StopIteration:
                 return
+
+    def _whole(self, exc: BatchTooLarge | BatchCorrupt) -> _StandIn:
+        """The stand-in for a batch that was not unpacked, at its last offset."""
+        batch = self._batch
+        last = batch.next_offset - 1
+        first = getattr(batch, "base_offset", last)
+        if isinstance(exc, BatchTooLarge):
+            value = Dropped.make(first, last, exc.compressed_bytes, exc.cap, "max_batch_unpacked_bytes", exc.cap)
+        else:
+            value = Dropped.make(first, last, exc.compressed_bytes, 0, "", 0)
+            value.error = exc.error
+        return _StandIn(last, getattr(batch, "max_timestamp", -1), getattr(batch, "timestamp_type", 0), None, value, [])
 
 
 class GuardedRecords:

@@ -91,6 +91,18 @@ def zeros_batch(codec: str, records: int, value_bytes: int, timestamp_ms: int | 
     return bytes(raw)
 
 
+def corrupt_gzip_batch(records: int) -> bytes:
+    """A v2 batch claiming ``records`` records whose gzip payload has garbage after its stream: the broker accepts
+    it (it validates the CRC and reads the stream), no codec can unpack it whole."""
+    payload = _compress("gzip", _records(records, 10)) + b"garbage!"
+    total = HEADER.size + len(payload)
+    ts = int(time.time() * 1000)
+    header = HEADER.pack(0, total - 12, -1, 2, 0, CODEC_IDS["gzip"], records - 1, ts, ts, -1, -1, -1, records)
+    raw = bytearray(header + payload)
+    struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[CRC_FROM:])))
+    return bytes(raw)
+
+
 class RawBatch:
     """A finished batch in the shape ``AIOKafkaProducer.send_batch`` takes (what its ``BatchBuilder`` offers the
     accumulator); for a producer without idempotence."""

@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer
 
 from consumer.sink import FIRST_OFFSET_HEADER, LAST_OFFSET_HEADER, OFFSET_HEADER, REASON_HEADER, VALUE_DROPPED_HEADER
 from producer_tools.bench.measure import Sampler, start_streaminfer, stop
-from producer_tools.bombs import bomb_producer, send_whole_batch_bomb
+from producer_tools.bombs import RawBatch, bomb_producer, corrupt_gzip_batch, send_whole_batch_bomb
 from producer_tools.produce import digits_requests
 from producer_tools.topics import ensure_topics
 
@@ -67,6 +67,24 @@ async def test_compression_bombs_are_dead_lettered_under_a_data_limit(
                 per_record.add(metadata.offset)
         finally:
             await producer.stop()
+    # Not bombs, but as hostile: 100 records with a 20 MiB header each (key and value small), and a gzip batch
+    # with garbage after its stream, which the broker accepts and no codec can unpack.
+    header_bombs: set[int] = set()
+    producer = bomb_producer(kafka_bootstrap, "zstd")
+    await producer.start()
+    try:
+        for _ in range(100):
+            sent = await producer.send_and_wait(topics["requests"], b"{}", partition=0, headers=[("pad", value)])
+            header_bombs.add(sent.offset)
+    finally:
+        await producer.stop()
+    producer = bomb_producer(kafka_bootstrap, None)
+    await producer.start()
+    try:
+        garbage = RawBatch(corrupt_gzip_batch(records=3), 3)
+        corrupt_first = (await (await producer.send_batch(garbage, topics["requests"], partition=0))).offset  # type: ignore[arg-type]
+    finally:
+        await producer.stop()
     valid = next(iter(digits_requests(tag, digits_model / "heldout.npz", limit=1)))
     producer = bomb_producer(kafka_bootstrap, None)
     await producer.start()
@@ -83,21 +101,31 @@ async def test_compression_bombs_are_dead_lettered_under_a_data_limit(
     sampler = Sampler(child.proc.pid).start()
     try:
         results = await read_all(kafka_bootstrap, topics["results"], 1, timeout_s=120)
-        dead = await read_all(kafka_bootstrap, topics["dlq"], len(whole) + len(per_record), timeout_s=60)
+        want = len(whole) + len(per_record) + len(header_bombs) + 1
+        dead = await read_all(kafka_bootstrap, topics["dlq"], want, timeout_s=60)
         assert child.proc.poll() is None, (tmp_path / "consumer.log").read_text()[-3000:]
     finally:
         sampler.stop()
         stop(child)
 
     assert [dict(r.headers)["correlation_id"] for r in results] == [valid.correlation_id.encode()]
-    assert len(dead) == len(whole) + len(per_record)
+    assert len(dead) == want
     seen_whole: dict[int, int] = {}
     seen_per_record: set[int] = set()
+    seen_headers: set[int] = set()
     for letter in dead:
         headers = dict(letter.headers)
-        assert headers[REASON_HEADER] == b"too_large"
         assert len(letter.value or b"") == 0  # never the bomb
-        if FIRST_OFFSET_HEADER in headers:
+        if headers[REASON_HEADER] == b"undecodable_record":  # the corrupt gzip batch, once for its 3 offsets
+            assert (int(headers[FIRST_OFFSET_HEADER]), int(headers[LAST_OFFSET_HEADER])) == (
+                corrupt_first,
+                corrupt_first + 2,
+            )
+            continue
+        assert headers[REASON_HEADER] == b"too_large"
+        if "pad" not in headers and int(headers[OFFSET_HEADER]) in header_bombs:
+            seen_headers.add(int(headers[OFFSET_HEADER]))  # dropped with its key and headers
+        elif FIRST_OFFSET_HEADER in headers:
             first, last = int(headers[FIRST_OFFSET_HEADER]), int(headers[LAST_OFFSET_HEADER])
             assert int(headers[OFFSET_HEADER]) == last
             seen_whole[first] = last - first + 1
@@ -106,6 +134,7 @@ async def test_compression_bombs_are_dead_lettered_under_a_data_limit(
             seen_per_record.add(int(headers[OFFSET_HEADER]))
     assert seen_whole == {first: records for first, (_, records) in whole.items()}
     assert seen_per_record == per_record
+    assert seen_headers == header_bombs
     # What it held: the budget (max_in_flight_bytes 512 MiB + 2 x max_batch_unpacked_bytes 64 MiB) and the model.
     print(f"hostile: peak_rss_mib={sampler.peak_rss_mib:.0f}")
     assert sampler.peak_rss_mib < 640 + 256

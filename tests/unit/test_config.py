@@ -45,6 +45,9 @@ def test_env_then_flag_precedence(model: Path, monkeypatch: pytest.MonkeyPatch) 
         (["--group-instance-id", ""], "group_instance_id"),
         (["--transactional-id-prefix", " x"], "transactional_id_prefix"),
         (["--transaction-timeout-ms", "999999999"], "transaction_timeout_ms"),
+        (["--max-in-flight-bytes", "4096"], "max_in_flight_bytes must be at least max_record_bytes"),
+        (["--max-batch-unpacked-bytes", "4096"], "max_batch_unpacked_bytes must be at least max_record_bytes"),
+        (["--max-batch-unpacked-bytes", "99999999999999"], "max_batch_unpacked_bytes"),
     ],
 )
 def test_bad_value_names_the_setting(model: Path, flags: list[str], named: str) -> None:

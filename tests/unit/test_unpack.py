@@ -5,6 +5,7 @@ implementations (compiled and pure Python) and every codec."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from consumer.sink import (
     VALUE_DROPPED_HEADER,
     AnswerRecords,
 )
-from consumer.unpack import BatchTooLarge, Dropped, capped_codecs, install
+from consumer.unpack import BatchCorrupt, BatchTooLarge, Dropped, capped_codecs, install
 from consumer.work import Work
 from tests.unit.fakes import record
 
@@ -93,7 +94,11 @@ def test_batches_pass_until_too_large(module: Any, codec: int) -> None:
     dropped = got[4].value
     assert type(dropped) is Dropped
     assert dropped == b""
-    assert (dropped.first_offset, dropped.last_offset, dropped.unpacked_bytes) == (4, 4, MAX_RECORD + 1)
+    assert (dropped.first_offset, dropped.last_offset, dropped.unpacked_bytes) == (
+        4,
+        4,
+        MAX_RECORD + 1 + 4,
+    )  # + key, header
     assert dropped.compressed_bytes is None
     assert (got[4].key, list(got[4].headers)) == (b"k1", [("h", b"v")])  # the correlation ID stays
     assert got[5].value == b"b" * 100
@@ -165,6 +170,68 @@ def test_bombs_are_refused_under_a_data_limit(tmp_path: Path) -> None:
     assert done.stdout.split("\n")[:3] == ["zstd refused", "lz4 refused", "gzip refused"]
 
 
+def raw_batch(codec: int, payload: bytes, records: int, base_offset: int) -> bytes:
+    """A v2 batch around an arbitrary (e.g. corrupt) compressed payload, CRC valid."""
+    import struct
+
+    from aiokafka.record.util import calc_crc32c
+
+    header = struct.Struct(">qiibIhiqqqhii")
+    total = header.size + len(payload)
+    raw = bytearray(header.pack(base_offset, total - 12, -1, 2, 0, codec, records - 1, 0, 0, -1, -1, -1, records))
+    raw += payload
+    struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("module", implementations(), ids=lambda m: m.__name__.split(".")[-2])
+def test_a_corrupt_batch_becomes_one_stand_in_and_the_next_batch_is_read(module: Any) -> None:
+    import aiokafka.codec as codec
+
+    good = batch(module, 1, [b"ok"], base_offset=0)
+    garbage = raw_batch(1, codec.gzip_encode(b"x" * 50) + b"garbage!", records=3, base_offset=1)
+    after = batch(module, 1, [b"after"], base_offset=4)
+    got = read_all(good + garbage + after)
+    assert [r.offset for r in got] == [0, 3, 4]
+    stand_in = got[1].value
+    assert type(stand_in) is Dropped
+    assert (stand_in.first_offset, stand_in.last_offset) == (1, 3)
+    assert stand_in.error is not None
+    assert "cannot be unpacked" in stand_in.describe()
+    assert got[2].value == b"after"
+
+
+def test_gzip_zero_padding_reads_as_the_client_reads_it() -> None:
+    import aiokafka.codec as codec
+
+    padded = codec.gzip_encode(b"y" * 700) + b"\0" * 8
+    assert capped_codecs(1 << 20)["gzip_decode"](padded) == codec.gzip_decode(padded) == b"y" * 700
+
+
+def test_snappy_with_a_negative_block_length_is_corrupt_not_a_loop() -> None:
+    import struct
+
+    payload = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", -20) + b"\0" * 8
+    with pytest.raises(BatchCorrupt, match="block length -20"):
+        capped_codecs(1 << 20)["snappy_decode"](payload)
+
+
+@pytest.mark.parametrize("module", implementations(), ids=lambda m: m.__name__.split(".")[-2])
+def test_large_keys_and_headers_count_and_are_dropped_when_they_alone_are_too_large(module: Any) -> None:
+    builder = module.DefaultRecordBatchBuilder(
+        magic=2, compression_type=4, is_transactional=False, producer_id=-1, producer_epoch=-1,
+        base_sequence=-1, batch_size=1 << 30,
+    )  # fmt: skip
+    builder.append(0, timestamp=0, key=b"k" * (MAX_RECORD + 1), value=b"v", headers=[])
+    builder.append(1, timestamp=0, key=b"k", value=b"v", headers=[("h", b"x" * MAX_RECORD)])
+    builder.append(2, timestamp=0, key=b"k", value=b"v" * (MAX_RECORD - 10), headers=[("h", b"x" * 100)])
+    got = read_all(bytes(builder.build()))
+    sizes = [r.value.unpacked_bytes if type(r.value) is Dropped else None for r in got]
+    assert sizes == [MAX_RECORD + 2, 1 + 1 + 1 + MAX_RECORD, 1 + MAX_RECORD - 10 + 1 + 100]
+    assert [(r.key, list(r.headers)) for r in got[:2]] == [(None, []), (None, [])]  # alone too large: dropped
+    assert (got[2].key, list(got[2].headers)) == (b"k", [("h", b"x" * 100)])  # the value alone was the excess
+
+
 def test_install_refuses_a_client_it_cannot_hook(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(fetcher, "MemoryRecords")
     with pytest.raises(ConfigError, match="cannot be bounded"):
@@ -191,7 +258,7 @@ def test_stand_ins_are_dead_lettered_too_large_without_the_bomb(digits_signature
     works = asyncio.run(intake.decode({tp: records}, OffsetTracker()))
     assert [w.error.reason for w in works if w.error is not None] == [DeadLetterReason.TOO_LARGE] * 2
     assert "offsets 10-14 (4096 bytes compressed)" in str(works[0].error)
-    assert "20971520 bytes exceeds max_record_bytes=1048576" in str(works[1].error)
+    assert "record of 20971520 bytes (key, value and headers) exceeds max_record_bytes=1048576" in str(works[1].error)
     sink = AnswerRecords(results_topic="results", dead_letter_topic="dlq", group_id="g")
     _, key, value, headers = sink.of(works[0])
     got = dict(headers)
@@ -201,13 +268,32 @@ def test_stand_ins_are_dead_lettered_too_large_without_the_bomb(digits_signature
     assert (got[COMPRESSED_BYTES_HEADER], got[UNPACKED_OVER_HEADER]) == (b"4096", str(CAP).encode())
     _, key, value, headers = sink.of(works[1])
     assert (key, value, dict(headers)[VALUE_DROPPED_HEADER]) == (b"cid", None, str(20 << 20).encode())
+    corrupt = Dropped.make(20, 22, 300, 0, "", 0)
+    corrupt.error = "error: incorrect header check"
+    works = asyncio.run(intake.decode({tp: [record("requests", 0, 22, corrupt)]}, OffsetTracker()))
+    assert works[0].error is not None
+    assert works[0].error.reason is DeadLetterReason.UNDECODABLE_RECORD
+    got = dict(sink.of(works[0])[3])
+    assert (got[FIRST_OFFSET_HEADER], got[COMPRESSED_BYTES_HEADER]) == (b"20", b"300")
+    assert UNPACKED_OVER_HEADER not in got
+
+
+def test_a_reduced_dead_letter_cuts_the_key_too() -> None:
+    from consumer.errors import RecordError
+
+    sink = AnswerRecords(results_topic="results", dead_letter_topic="dlq", group_id="g")
+    rec = record("requests", 0, 5, b"v", key=b"k" * (2 << 20))
+    _, key, value, _ = sink.dead_letter(rec, b"c", RecordError(DeadLetterReason.TOO_LARGE, "x"), reduced=True)
+    assert value is None
+    assert key == b"k" * 1024
 
 
 # -- the in-flight budget
 def work_of(value: bytes, rows: int = 1) -> Work:
     tp = TopicPartition("t", 0)
     offsets = OffsetTracker[TopicPartition]().partition(tp)
-    return Work(record("t", 0, 0, value), tp, offsets, b"c", None, None, rows, 0.0)  # type: ignore[arg-type]
+    rec = dataclasses.replace(record("t", 0, 0, value), headers=[])  # key and value only: the bytes are the value's
+    return Work(rec, tp, offsets, b"c", None, None, rows, 0.0)  # type: ignore[arg-type]
 
 
 def test_fetches_are_sized_by_rows_and_bytes() -> None:
@@ -227,6 +313,10 @@ def test_fetches_are_sized_by_rows_and_bytes() -> None:
     assert metrics.in_flight_bytes._value.get() == 4_500
     held.clear()
     assert (held.rows, held.bytes) == (0, 0)
+    headed = work_of(b"x")
+    headed.record = dataclasses.replace(headed.record, headers=[("h", b"y" * 99)])
+    held.add([headed])
+    assert held.bytes == 1 + 1 + 99  # headers count
 
 
 def test_memory_limit_and_budget(tmp_path: Path) -> None:
