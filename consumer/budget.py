@@ -22,8 +22,8 @@ def held_bytes(work: Work) -> int:
     record = work.record
     key, value, headers = record.key, record.value, record.headers
     size = (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
-    if headers:
-        size += sum(len(k) + (len(v) if v is not None else 0) for k, v in headers)
+    for name, header in headers or ():
+        size += len(name) + (len(header) if header is not None else 0)
     return size
 
 

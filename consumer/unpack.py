@@ -83,12 +83,18 @@ class BatchCorrupt(Exception):
         self.error = error
 
 
+#: Bytes the last capped decode produced (the event loop unpacks one batch at a time; read right after it).
+LAST_UNPACKED = [0]
+
+
 def _reporting(decode: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
     """``decode`` with every error but :class:`BatchTooLarge` raised as :class:`BatchCorrupt`."""
 
     def guarded(payload: Any) -> bytes:
         try:
-            return decode(payload)
+            out = decode(payload)
+            LAST_UNPACKED[0] = len(out)
+            return out
         except BatchTooLarge:
             raise
         except Exception as exc:  # zlib.error, cramjam.DecompressionError, ValueError, struct.error, ...
@@ -264,11 +270,14 @@ class GuardedBatch:
         batch: the client's batch (either record implementation).
         max_record_bytes: a record whose key, value and headers add up to more becomes a stand-in without its
             value, bytes (its key and headers stay where they alone fit: the correlation ID is in them).
+        wire_bytes: the batch's size in the fetch, bytes: an uncompressed batch no larger than
+            ``max_record_bytes`` (a compressed one that unpacked to no more) holds no record to check.
     """
 
-    def __init__(self, batch: Any, max_record_bytes: int) -> None:
+    def __init__(self, batch: Any, max_record_bytes: int, wire_bytes: int) -> None:
         self._batch = batch
         self._max_record_bytes = max_record_bytes
+        self._wire_bytes = wire_bytes
         self._records: Iterator[Any] | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -293,11 +302,19 @@ class GuardedBatch:
             yield self._whole(exc)
             return
         limit = self._max_record_bytes
+        unpacked = LAST_UNPACKED[0] if batch.compression_type else self._wire_bytes
+        if unpacked <= limit:  # no record can be larger than its batch: nothing to check per record
+            while True:
+                yield record
+                try:
+                    record = next(records)
+                except StopIteration:
+                    return
         while True:
             value, key, headers = record.value, record.key, record.headers
             size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-            if headers:
-                size += sum(len(k) + (len(v) if v is not None else 0) for k, v in headers)
+            for name, header in headers or ():
+                size += len(name) + (len(header) if header is not None else 0)
             if size > limit:
                 dropped = Dropped.make(record.offset, record.offset, None, size, "max_record_bytes", limit)
                 kept = size - (len(value) if value is not None else 0) <= limit  # key and headers alone fit
@@ -337,6 +354,8 @@ class GuardedRecords:
 
     def __init__(self, data: Any) -> None:
         self._records = type(self).memory_records(data)
+        self._data = memoryview(data)
+        self._pos = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._records, name)
@@ -346,7 +365,12 @@ class GuardedRecords:
 
     def next_batch(self) -> Any:
         batch = self._records.next_batch()
-        return None if batch is None else GuardedBatch(batch, self.max_record_bytes)
+        if batch is None:
+            return None
+        # Every batch (and v0/v1 message set) starts with offset int64, length int32: its size is length + 12.
+        (length,) = struct.unpack_from(">i", self._data, self._pos + 8)
+        self._pos += length + 12
+        return GuardedBatch(batch, self.max_record_bytes, length + 12)
 
 
 def install(max_batch_bytes: int, max_record_bytes: int) -> None:
