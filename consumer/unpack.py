@@ -132,12 +132,13 @@ class Dropped(bytes):
         unpacked_bytes: int,
         limit_name: str,
         limit: int,
+        error: str | None = None,
     ) -> Dropped:
         """A stand-in value (see the attributes)."""
         out = cls(b"")
         out.first_offset, out.last_offset = first_offset, last_offset
         out.compressed_bytes, out.unpacked_bytes = compressed_bytes, unpacked_bytes
-        out.limit_name, out.limit = limit_name, limit
+        out.limit_name, out.limit, out.error = limit_name, limit, error
         return out
 
     def describe(self) -> str:
@@ -341,8 +342,7 @@ class GuardedBatch:
         if isinstance(exc, BatchTooLarge):
             value = Dropped.make(first, last, exc.compressed_bytes, exc.cap, "max_batch_unpacked_bytes", exc.cap)
         else:
-            value = Dropped.make(first, last, exc.compressed_bytes, 0, "", 0)
-            value.error = exc.error
+            value = Dropped.make(first, last, exc.compressed_bytes, 0, "", 0, error=exc.error)
         return _StandIn(last, getattr(batch, "max_timestamp", -1), getattr(batch, "timestamp_type", 0), None, value, [])
 
 

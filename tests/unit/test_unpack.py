@@ -268,8 +268,7 @@ def test_stand_ins_are_dead_lettered_too_large_without_the_bomb(digits_signature
     assert (got[COMPRESSED_BYTES_HEADER], got[UNPACKED_OVER_HEADER]) == (b"4096", str(CAP).encode())
     _, key, value, headers = sink.of(works[1])
     assert (key, value, dict(headers)[VALUE_DROPPED_HEADER]) == (b"cid", None, str(20 << 20).encode())
-    corrupt = Dropped.make(20, 22, 300, 0, "", 0)
-    corrupt.error = "error: incorrect header check"
+    corrupt = Dropped.make(20, 22, 300, 0, "", 0, error="error: incorrect header check")
     works = asyncio.run(intake.decode({tp: [record("requests", 0, 22, corrupt)]}, OffsetTracker()))
     assert works[0].error is not None
     assert works[0].error.reason is DeadLetterReason.UNDECODABLE_RECORD
