@@ -157,7 +157,7 @@ def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes) -> int
         return EXIT_MODEL
     summary = describe(runner)
     log.info("serving %s", json.dumps(summary))
-    metrics.model.info({k: str(summary[k]) for k in ("model_name", "model_version", "provider")})
+    metrics.model.info({k: str(summary[k]) for k in ("model_name", "model_version", "provider", "batch_axis")})
     on_gpu = runner.provider in (CUDA, TENSORRT)
     if on_gpu and not metrics.track_gpu_memory(runner.device_id):
         log.warning("CUDA is active but NVML is not available: streaminfer_gpu_memory_used_bytes is not exported")

@@ -31,6 +31,7 @@ from consumer.metrics import Metrics
 from consumer.oip.decode import DecodedRequest
 from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
 from consumer.runner import CPU, OnnxRunner, non_finite_outputs, split
+from consumer.schema import floating
 from consumer.sequence import CPU_BUCKETS, GPU_BUCKETS, BatchBuffers, bucket, length_buckets
 from consumer.work import Work, loggable
 
@@ -173,7 +174,8 @@ class BatchRunner:
                 pass
         names = self._names
         signature = self.runner.signature
-        for work, request, part in zip(batch, requests, split(outputs, [r.rows for r in requests]), strict=True):
+        parts = split(outputs, [r.rows for r in requests], signature.whole_outputs)
+        for work, request, part in zip(batch, requests, parts, strict=True):
             chosen = [(n, self._unpad(n, part[n], length, request.length)) for n in (request.outputs or names)]
             bad = non_finite_outputs(dict(chosen))
             if bad:
@@ -201,9 +203,14 @@ class BatchRunner:
         ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in batch]
         results = self._encoder.encode(ids, rows, chosen)
         bad_rows = None
-        for _, arr in chosen:
-            if arr.dtype.kind == "f":
-                finite = np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+        whole = self.runner.signature.whole_outputs
+        total = sum(rows)
+        for name, arr in chosen:
+            if floating(arr.dtype):
+                if name in whole:  # no batch axis: NaN in it spoils every response
+                    finite = np.full(total, bool(np.isfinite(arr).all()))
+                else:
+                    finite = np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
                 if not bool(finite.all()):
                     bad_rows = ~finite if bad_rows is None else bad_rows | ~finite
         if bad_rows is None:
@@ -216,7 +223,8 @@ class BatchRunner:
                 names = [
                     name
                     for name, arr in chosen
-                    if arr.dtype.kind == "f" and not bool(np.isfinite(arr[start : start + n]).all())
+                    if floating(arr.dtype)
+                    and not bool(np.isfinite(arr if name in whole else arr[start : start + n]).all())
                 ]
                 work.error = InferenceError(
                     DeadLetterReason.NON_FINITE_OUTPUT, f"outputs {names} hold NaN or Inf for this record"

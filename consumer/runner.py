@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from consumer.compat import (
+    FIX_EXTERNAL_DATA,
+    FIX_OUTPUT_TYPE,
+    OutputReader,
+    blank,
+    input_spec,
+    is_zipmap,
+    output_spec,
+    static_batch,
+)
 from consumer.errors import DeadLetterReason, InferenceError, ModelError
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.schema import ModelSignature, floating
 from consumer.sequence import GPU_BUCKETS, detect, input_ranges, length_buckets
 
 log = logging.getLogger(__name__)
@@ -47,19 +57,30 @@ class OnnxRunner:
 
     Args:
         session: an ``onnxruntime.InferenceSession`` (or a fake with the same ``run``).
-        signature: the model's inputs and outputs; axis 0 of every input and output is the batch axis.
+        signature: the model's inputs and outputs; axis 0 of every input, and of every output whose ``batched``
+            is set, is the batch axis.
         provider: the execution provider actually active (``CUDAExecutionProvider``, ``CPUExecutionProvider``).
         device_id: the CUDA device index when ``provider`` is CUDA.
+        reader: turns the session's values into arrays (ZipMap, bfloat16); default: ONNX Runtime's arrays as
+            they are.
     """
 
     def __init__(
-        self, session: SessionLike, signature: ModelSignature, provider: str = CPU, device_id: int = 0
+        self,
+        session: SessionLike,
+        signature: ModelSignature,
+        provider: str = CPU,
+        device_id: int = 0,
+        reader: OutputReader | None = None,
     ) -> None:
         self.session = session
         self.signature = signature
         self.provider = provider
         self.device_id = device_id
+        self._reader = reader or OutputReader(signature.outputs)
         self._output_names = list(signature.output_names)
+        #: ``onnxruntime.RunOptions`` passed to every run, or None (see :meth:`probe`).
+        self._run_options: Any = None
         #: Median compute time of the largest warmup batch (the last batch size, first length), seconds; None
         #: before :meth:`warmup`.
         self.batch_seconds: float | None = None
@@ -94,10 +115,15 @@ class OnnxRunner:
                 outputs kept); with TensorRT, its FP16 mode instead.
             max_batch_size: the largest batch in rows, for TensorRT's profile shapes.
 
+        The model is then probed (:meth:`probe`): run on zeros to learn which outputs have a batch axis and
+        ZipMap's class labels, and every output encoded as an OIP response, so a model that loads can serve.
+
         Raises:
-            ModelError: the file cannot be loaded, an input or output is not a tensor, an input's axis 0 is not
-                dynamic, the metadata is malformed, or ``require_gpu`` / ``execution_provider=cuda`` /
-                ``tensorrt`` / ``fp16`` is set and CUDA (or TensorRT) is not active.
+            ModelError: the file cannot be loaded (external-data weights missing beside it included), an input or
+                output cannot be served (:mod:`consumer.compat`: the message names it and the export option that
+                fixes it), the model fails on zeros at one row, an output cannot be encoded, the metadata is
+                malformed, or ``require_gpu`` / ``execution_provider=cuda`` / ``tensorrt`` / ``fp16`` is set and
+                CUDA (or TensorRT) is not active.
         """
         import onnxruntime as ort  # heavy import, kept off unit tests that use fakes
 
@@ -120,7 +146,7 @@ class OnnxRunner:
         if tensorrt:
             if TENSORRT not in available:
                 raise ModelError(f"tensorrt=true: this onnxruntime offers only {available}")
-            probe = _signature(_open(ort, model, ort.SessionOptions(), [CPU]), path, model_name, model_version)
+            probe, _ = _signature(_open(ort, model, ort.SessionOptions(), [CPU]), path, model_name, model_version)
             providers.insert(0, (TENSORRT, _trt_options(probe, max_batch_size, trt_engine_cache_dir, fp16)))
         elif fp16 and names[0] == CUDA:
             model = _float16(path)
@@ -133,10 +159,20 @@ class OnnxRunner:
             raise ModelError(f"a GPU execution provider was requested but ONNX Runtime is running on {active}")
         if tensorrt and active != TENSORRT:
             raise ModelError(f"tensorrt=true but ONNX Runtime is running on {active}")
-        signature = _signature(session, path, model_name, model_version)
+        signature, zipmaps = _signature(session, path, model_name, model_version)
         device_id = int(session.get_provider_options().get(active, {}).get("device_id", 0))
         log.info("model %s v%s loaded on %s", signature.name, signature.version, active)
-        return cls(session, signature, active, device_id)
+        runner = cls(session, signature, active, device_id, OutputReader(signature.outputs, zipmaps))
+        runner.probe()
+        if runner.signature.static_batch is not None:
+            log.warning(
+                "every input's batch axis is fixed at %d in the graph: ONNX Runtime runs %d row(s) at a time%s; "
+                "export the model with a dynamic batch axis to batch",
+                runner.signature.static_batch,
+                runner.signature.static_batch,
+                " (batching is off)" if runner.signature.static_batch == 1 else ", batches padded to that size",
+            )
+        return runner
 
     def run(self, feeds: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         """Run one batch. Blocking; call from the inference thread.
@@ -146,28 +182,125 @@ class OnnxRunner:
             rows: the batch's total rows (axis 0 of every feed).
 
         Returns:
-            output name -> array ``[rows, ...]``.
+            output name -> array: ``[rows, ...]`` for a batched output, the model's own shape for an output without
+            a batch axis (``TensorSpec.batched`` false).
 
         Raises:
-            InferenceError: ONNX Runtime raised, or an output's first dimension is not ``rows``.
+            InferenceError: ONNX Runtime raised, or a batched output's first dimension is not ``rows``.
         """
         try:
-            if self.provider == CPU:
-                values = self.session.run(self._output_names, dict(feeds))
-            else:  # CUDA / TensorRT: IO binding, one host->device copy per input, outputs copied back once
-                values = self._run_bound(feeds)
+            out = self._execute(feeds, rows)
         except Exception as exc:
             raise InferenceError(
                 DeadLetterReason.INFERENCE_ERROR, f"ONNX Runtime failed: {type(exc).__name__}: {exc}"
             ) from exc
-        out = dict(zip(self._output_names, values, strict=True))
-        for name, arr in out.items():
-            if arr.ndim == 0 or arr.shape[0] != rows:
+        for spec in self.signature.outputs:
+            arr = out[spec.name]
+            if spec.batched and (arr.ndim == 0 or arr.shape[0] != rows):
                 raise InferenceError(
                     DeadLetterReason.INFERENCE_ERROR,
-                    f"output {name!r} has shape {list(arr.shape)}, expected first dimension {rows}",
+                    f"output {spec.name!r} has shape {list(arr.shape)}, expected first dimension {rows}",
                 )
         return out
+
+    def _execute(self, feeds: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+        """Output name -> array of one batch; a static-batch model runs it N rows at a time, the last run padded
+        with :func:`~consumer.compat.blank` rows and the padding cut off the batched outputs."""
+        size = self.signature.static_batch
+        if size is None or rows == size:
+            return dict(zip(self._output_names, self._session_run(feeds), strict=True))
+        parts: list[list[np.ndarray]] = []
+        for start in range(0, rows, size):
+            part = {name: arr[start : start + size] for name, arr in feeds.items()}
+            short = size - min(size, rows - start)
+            if short:
+                specs = {spec.name: spec for spec in self.signature.inputs}
+                part = {
+                    name: np.concatenate([arr, blank(specs[name], short, arr.shape[1] if arr.ndim > 1 else 1)])
+                    for name, arr in part.items()
+                }
+            parts.append(self._session_run(part))
+        out: dict[str, np.ndarray] = {}
+        for index, spec in enumerate(self.signature.outputs):
+            values = [p[index] for p in parts]
+            batched = spec.batched and values[0].ndim > 0 and values[0].shape[0] == size
+            out[spec.name] = np.concatenate(values)[:rows] if batched else values[0]
+        return out
+
+    def _session_run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        if not self._reader.plain:  # ZipMap, bfloat16: host outputs, read by the reader
+            return self._reader.run(self.session, self._output_names, feeds, self._run_options)
+        if self.provider == CPU:
+            if self._run_options is not None:
+                return self.session.run(self._output_names, dict(feeds), self._run_options)  # type: ignore[call-arg]
+            return self.session.run(self._output_names, dict(feeds))
+        return self._run_bound(feeds)  # CUDA / TensorRT: IO binding, one host->device copy per input, outputs once
+
+    def probe(self) -> None:
+        """Learn what the graph does not declare, and check every output can be answered, before serving.
+
+        Runs zeros (:func:`~consumer.compat.blank`) at 1 and 2 rows (a static-batch model: at its N): an output
+        whose axis 0 follows the rows at both is batched, any other is carried whole in every response; a ZipMap
+        output gets its class labels and ``[rows, classes]`` shape. Then each output of the 1-row run is encoded
+        as an OIP response (JSON and binary), so an output the encoder cannot carry fails start-up, not requests.
+
+        Raises:
+            ModelError: the model fails on zeros at one row, or an output cannot be encoded (the fix named).
+        """
+        sig = self.signature
+        sizes = [sig.static_batch] if sig.static_batch is not None else [1, 2]
+        seen: dict[int, dict[str, np.ndarray]] = {}
+        for rows in sizes:
+            feeds = {spec.name: blank(spec, rows) for spec in sig.inputs}
+            try:
+                seen[rows] = self._execute(feeds, rows)
+            except Exception as exc:
+                if not seen:
+                    raise ModelError(f"the model fails on zeros at {rows} row(s): {type(exc).__name__}: {exc}") from exc
+                break  # fails above one row: warmup says so, bisection answers record by record
+        outputs = []
+        misdeclared = []  # batched outputs whose graph declares a fixed axis 0
+        for spec in sig.outputs:
+            batched = all(out[spec.name].ndim > 0 and out[spec.name].shape[0] == rows for rows, out in seen.items())
+            labels = self._reader.labels.get(spec.name, ())
+            shape = (None, len(labels)) if spec.name in self._reader.zipmaps else spec.shape
+            if batched and shape:
+                if shape[0] is not None and sig.static_batch is None and len(seen) > 1:
+                    misdeclared.append(spec.name)
+                shape = (None, *shape[1:])
+            outputs.append(replace(spec, shape=shape, batched=batched, labels=labels))
+        whole = [o.name for o in outputs if not o.batched]
+        solo = bool(whole) and self._outputs_vary(whole, seen[sizes[0]], sizes[0])
+        self.signature = replace(sig, outputs=tuple(outputs), solo=solo)
+        if solo:
+            log.warning(
+                "outputs %s have no batch axis and one depends on the inputs: every request runs alone (batching "
+                "off); export them with a batch axis to batch",
+                sorted(self.signature.whole_outputs),
+            )
+        if misdeclared:
+            import onnxruntime as ort
+
+            log.warning(
+                "outputs %s declare a fixed axis 0 but follow the batch's rows (an exporter's shape annotation, e.g. "
+                "onnxmltools' LightGBM label); served as batched, ONNX Runtime's per-run shape warnings silenced",
+                misdeclared,
+            )
+            self._run_options = ort.RunOptions()
+            self._run_options.log_severity_level = 3  # errors only
+        from consumer.oip.encode import encode_response, encode_response_binary  # the encoder imports the schema
+
+        first = seen[sizes[0]]
+        for spec in self.signature.outputs:
+            arr = first[spec.name][:1] if spec.batched else first[spec.name]
+            try:
+                encode_response("probe", self.signature, [(spec.name, arr)])
+                encode_response_binary("probe", self.signature, [(spec.name, arr)])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ModelError(
+                    f"output {spec.name!r} ({arr.dtype}, shape {list(arr.shape)}) cannot be encoded as an OIP "
+                    f"response: {type(exc).__name__}: {exc}; {FIX_OUTPUT_TYPE.format(name=spec.name)}"
+                ) from exc
 
     def _run_bound(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         binding: Any = self.session.io_binding()  # type: ignore[attr-defined]
@@ -177,6 +310,19 @@ class OnnxRunner:
             binding.bind_output(name, "cuda", self.device_id)
         self.session.run_with_iobinding(binding)  # type: ignore[attr-defined]
         return list(binding.copy_outputs_to_cpu())
+
+    def _outputs_vary(self, names: Sequence[str], zeros: Mapping[str, np.ndarray], rows: int) -> bool:
+        """Whether one of the outputs ``names`` changes when the inputs do (``zeros``: the outputs of zeros at
+        ``rows`` rows; compared with ones; True when the model fails on ones, to be safe)."""
+        ones = {}
+        for spec in self.signature.inputs:
+            arr = blank(spec, rows)
+            ones[spec.name] = np.full_like(arr, "1") if arr.dtype.kind == "O" else np.ones_like(arr)
+        try:
+            other = self._execute(ones, rows)
+        except Exception:  # noqa: BLE001 (ONNX Runtime raises its own classes)
+            return True
+        return any(not np.array_equal(zeros[name], other[name]) for name in names)
 
     def warmup(self, batch_sizes: Sequence[int], runs: int, lengths: Sequence[int] = (1,)) -> list[int]:
         """Run ``runs`` times at each batch size (rows) and sequence length (tokens) so kernels, arenas and (on a
@@ -196,14 +342,7 @@ class OnnxRunner:
         failing: list[int] = []
         for rows in batch_sizes:
             for length in lengths:
-                feeds = {
-                    s.name: np.full(
-                        (rows, *(d if d is not None else length for d in s.shape[1:])),
-                        1 if s.name == "attention_mask" else 0,
-                        dtype=s.dtype,
-                    )
-                    for s in self.signature.inputs
-                }
+                feeds = {s.name: blank(s, rows, length) for s in self.signature.inputs}
                 times = []
                 try:
                     for _ in range(runs):
@@ -230,31 +369,35 @@ def _open(ort: Any, model: str | bytes, options: Any, providers: list[Any]) -> A
     try:
         return ort.InferenceSession(model, sess_options=options, providers=providers)
     except Exception as exc:
+        if "external data" in str(exc).lower():
+            raise ModelError(
+                f"cannot load model: its external-data weights are missing: {exc}; {FIX_EXTERNAL_DATA}"
+            ) from exc
         raise ModelError(f"cannot load model: {exc}") from exc
 
 
-def _signature(session: Any, path: Path, model_name: str | None, model_version: str | None) -> ModelSignature:
-    """The session's inputs and outputs, with the sequence layout and value ranges from its metadata.
+def _signature(
+    session: Any, path: Path, model_name: str | None, model_version: str | None
+) -> tuple[ModelSignature, set[str]]:
+    """The session's inputs and outputs, with the sequence layout and value ranges from its metadata, and the
+    names of its ZipMap outputs. Outputs are all taken as batched until :meth:`OnnxRunner.probe` runs.
 
     Raises:
-        ModelError: a non-tensor input or output, an input without a dynamic batch axis, malformed metadata.
+        ModelError: an input or output :mod:`consumer.compat` cannot serve, inputs that disagree on the batch
+            axis, malformed metadata.
     """
     custom: dict[str, str] = dict(session.get_modelmeta().custom_metadata_map)
-    try:
-        inputs = tuple(TensorSpec.from_ort(i.name, i.type, i.shape) for i in session.get_inputs())
-        outputs = tuple(TensorSpec.from_ort(o.name, o.type, o.shape) for o in session.get_outputs())
-    except KeyError as exc:
-        raise ModelError(f"model {str(path)!r} has a non-tensor input or output: {exc}") from None
-    for spec in inputs:  # outputs are checked on every run: first dimension == the batch's rows
-        if not spec.shape or spec.shape[0] is not None:
-            raise ModelError(f"input {spec.name!r} has no dynamic batch axis (shape {spec.shape})")
+    inputs = tuple(input_spec(i.name, i.type, i.shape) for i in session.get_inputs())
+    outputs = tuple(output_spec(o.name, o.type, o.shape) for o in session.get_outputs())
+    zipmaps = {o.name for o in session.get_outputs() if is_zipmap(o.type)}
     plain = ModelSignature(
         name=model_name or custom.get("model_name") or path.stem,
         version=model_version or custom.get("model_version") or "1",
         inputs=inputs,
         outputs=outputs,
+        static_batch=static_batch(inputs),
     )
-    return replace(plain, sequence=detect(plain, custom), ranges=input_ranges(custom))
+    return replace(plain, sequence=detect(plain, custom), ranges=input_ranges(custom)), zipmaps
 
 
 def _trt_options(signature: ModelSignature, max_rows: int, cache_dir: Path | None, fp16: bool) -> dict[str, Any]:
@@ -314,27 +457,30 @@ def gpu_count() -> int:
         return 0
 
 
-def split(outputs: Mapping[str, np.ndarray], row_counts: Sequence[int]) -> list[dict[str, np.ndarray]]:
-    """Cut batch outputs back into per-request outputs by rows, in order.
+def split(
+    outputs: Mapping[str, np.ndarray], row_counts: Sequence[int], whole: Collection[str] = ()
+) -> list[dict[str, np.ndarray]]:
+    """Cut batch outputs back into per-request outputs by rows, in order; the outputs named in ``whole`` (no batch
+    axis) go to every request as they are.
 
     Raises:
-        ValueError: an output's first dimension is not ``sum(row_counts)``.
+        ValueError: a batched output's first dimension is not ``sum(row_counts)``.
     """
     total = sum(row_counts)
     for name, arr in outputs.items():
-        if arr.shape[0] != total:
+        if name not in whole and arr.shape[0] != total:
             raise ValueError(f"output {name!r} has {arr.shape[0]} rows, batch has {total}")
     parts: list[dict[str, np.ndarray]] = []
     start = 0
     for n in row_counts:
-        parts.append({name: arr[start : start + n] for name, arr in outputs.items()})
+        parts.append({name: arr if name in whole else arr[start : start + n] for name, arr in outputs.items()})
         start += n
     return parts
 
 
 def non_finite_outputs(outputs: Mapping[str, np.ndarray]) -> list[str]:
-    """Names of float outputs holding NaN or Inf (JSON cannot carry them)."""
-    return [n for n, a in outputs.items() if a.dtype.kind == "f" and not bool(np.isfinite(a).all())]
+    """Names of float outputs (bfloat16 included) holding NaN or Inf (JSON cannot carry them)."""
+    return [n for n, a in outputs.items() if floating(a.dtype) and not bool(np.isfinite(a).all())]
 
 
 def warmup_plan(runner: OnnxRunner, max_batch_size: int) -> tuple[list[int], list[int]]:
@@ -343,10 +489,12 @@ def warmup_plan(runner: OnnxRunner, max_batch_size: int) -> tuple[list[int], lis
     CPU: 1 and ``max_batch_size`` rows at the shortest length bucket (ONNX Runtime's CPU kernels do not depend
     on the shape; the arena grows on first use). GPU (CUDA, TensorRT): every power of two up to
     ``max_batch_size`` and ``max_batch_size`` itself, times every length bucket, so no request pays for an
-    algorithm search or an engine build.
+    algorithm search or an engine build. A static-batch model: its N only.
     """
     spec = runner.signature.sequence
     lengths = list(length_buckets(spec.max_length)) if spec is not None else [1]
+    if runner.signature.static_batch is not None:  # every run is N rows: one size covers it
+        return [runner.signature.static_batch], lengths[:1] if runner.provider == CPU else lengths
     if runner.provider == CPU:
         return sorted({1, max_batch_size}), lengths[:1]
     sizes = {max_batch_size}
@@ -365,6 +513,16 @@ def describe(runner: OnnxRunner) -> dict[str, Any]:
         "model_version": sig.version,
         "provider": runner.provider,
         "inputs": {s.name: [s.datatype, list(s.shape)] for s in sig.inputs},
-        "outputs": {s.name: [s.datatype, list(s.shape)] for s in sig.outputs},
+        "outputs": {s.name: [s.datatype, list(s.shape)] + ([] if s.batched else ["whole"]) for s in sig.outputs},
         "sequence": None if sig.sequence is None else {"max_length": sig.sequence.max_length},
+        "batch_axis": batch_axis(sig),
     }
+
+
+def batch_axis(signature: ModelSignature) -> str:
+    """``dynamic``; ``static:N`` for a model whose batch axis is fixed at N rows (``static:1``: batching off);
+    ``per-request`` for a model whose requests run alone (``ModelSignature.solo``). The ``batch_axis`` label of
+    ``streaminfer_model_info``."""
+    if signature.static_batch is not None:
+        return f"static:{signature.static_batch}"
+    return "per-request" if signature.solo else "dynamic"

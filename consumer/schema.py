@@ -1,9 +1,10 @@
 """The model's tensor schema and the Open Inference Protocol (KServe V2) datatype table.
 
 OIP datatypes are the strings of the KServe V2 "Tensor Data Types" table
-(https://kserve.github.io/website/latest/modelserving/data_plane/v2_protocol/). ONNX Runtime reports a tensor's
-type as ``tensor(<onnx type>)``; the table below maps both to numpy dtypes. Dimensions that ONNX declares with a
-symbolic name (``"batch"``) or leave unknown are *dynamic* and stored as ``None``.
+(https://kserve.github.io/website/latest/modelserving/data_plane/v2_protocol/), plus ``BF16`` as Triton names it.
+ONNX Runtime reports a tensor's type as ``tensor(<onnx type>)``; the table below maps both to numpy dtypes
+(bfloat16 is ``ml_dtypes.bfloat16``, numpy has none). Dimensions that ONNX declares with a symbolic name
+(``"batch"``) or leave unknown are *dynamic* and stored as ``None``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
+
+#: bfloat16 (8 exponent bits, 7 mantissa bits): numpy has no such type; ml_dtypes (JAX's) gives it one.
+BF16: np.dtype[np.generic] = np.dtype(ml_dtypes.bfloat16)
 
 #: OIP datatype -> numpy dtype (BYTES is variable-length and carried as Python objects).
 OIP_TO_NUMPY: dict[str, np.dtype[np.generic]] = {
@@ -25,6 +30,7 @@ OIP_TO_NUMPY: dict[str, np.dtype[np.generic]] = {
     "INT32": np.dtype(np.int32),
     "INT64": np.dtype(np.int64),
     "FP16": np.dtype(np.float16),
+    "BF16": BF16,
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
     "BYTES": np.dtype(np.object_),
@@ -43,10 +49,16 @@ ORT_TO_NUMPY: dict[str, np.dtype[np.generic]] = {
     "tensor(int32)": np.dtype(np.int32),
     "tensor(int64)": np.dtype(np.int64),
     "tensor(float16)": np.dtype(np.float16),
+    "tensor(bfloat16)": BF16,
     "tensor(float)": np.dtype(np.float32),
     "tensor(double)": np.dtype(np.float64),
     "tensor(string)": np.dtype(np.object_),
 }
+
+
+def floating(dtype: np.dtype[np.generic]) -> bool:
+    """Whether a dtype holds floating-point values (NaN and Inf possible): numpy's float kinds and bfloat16."""
+    return dtype.kind == "f" or dtype == BF16
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +68,20 @@ class TensorSpec:
     Attributes:
         name: the ONNX graph name.
         dtype: numpy dtype of the tensor.
-        shape: one entry per axis; ``None`` for a dynamic axis. Axis 0 is the batch axis (rows).
+        shape: one entry per axis; ``None`` for a dynamic axis. Axis 0 is the batch axis (rows) where ``batched``.
+        batched: outputs: axis 0 follows the batch's rows, so each response gets its own rows; False for an output
+            without a batch axis (a scalar, a fixed table), which every response carries whole. Found by running
+            the model at 1 and 2 rows when it is loaded (:func:`consumer.compat.probe`).
+        labels: a ZipMap output (``seq(map(string|int64, tensor(float)))``, skl2onnx's default for classifier
+            probabilities), served as a dense ``[rows, classes]`` tensor: the class labels of its columns, in
+            order; the response lists them in the output's ``parameters.classes``. () for other outputs.
     """
 
     name: str
     dtype: np.dtype[np.generic]
     shape: tuple[int | None, ...]
+    batched: bool = True
+    labels: tuple[str | int, ...] = ()
 
     @property
     def datatype(self) -> str:
@@ -110,6 +130,9 @@ class ModelSignature:
         sequence: the padding layout when the inputs are variable-length token sequences, else None.
         ranges: input name -> inclusive (low, high) value range checked on every request (e.g. token ids below
             the vocabulary size), from the model's ``input_ranges`` metadata.
+        static_batch: N when every input's axis 0 is fixed at N in the graph (an export without a dynamic batch
+            axis): ONNX Runtime then runs exactly N rows at a time, a batch is cut into runs of N rows and the
+            last padded (zeros), the padding cut off the outputs. None: axis 0 is dynamic.
     """
 
     name: str
@@ -118,6 +141,8 @@ class ModelSignature:
     outputs: tuple[TensorSpec, ...]
     sequence: SequenceSpec | None = None
     ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    static_batch: int | None = None
+    solo: bool = False
 
     def input(self, name: str) -> TensorSpec | None:
         """The input called ``name``, or None."""
@@ -126,7 +151,19 @@ class ModelSignature:
                 return spec
         return None
 
+    def output(self, name: str) -> TensorSpec | None:
+        """The output called ``name``, or None."""
+        for spec in self.outputs:
+            if spec.name == name:
+                return spec
+        return None
+
     @property
     def output_names(self) -> tuple[str, ...]:
         """Output names in graph order."""
         return tuple(o.name for o in self.outputs)
+
+    @property
+    def whole_outputs(self) -> frozenset[str]:
+        """Names of the outputs without a batch axis (every response carries them whole)."""
+        return frozenset(o.name for o in self.outputs if not o.batched)

@@ -115,7 +115,7 @@ def _answer(rec: Any, kind: str) -> Answer | None:
         body = decode_response(rec.value, int(length) if length is not None else None)
         answer.body = body
         label = body["outputs"].get("label")
-        if label is not None and label.size == 1:
+        if label is not None and label.size == 1 and label.dtype.kind in "iu":  # digits: the class index
             answer.label = int(label.reshape(-1)[0])
     return answer
 

@@ -70,9 +70,13 @@ class Stages:
     fail: Fail
 
     def batcher(self, delay_ms: float) -> MicroBatcher[Work]:
-        """A micro-batcher with the settings' limits (tokens too, for a sequence model)."""
+        """A micro-batcher with the settings' limits (tokens too, for a sequence model); a static-batch model's
+        micro-batches hold at most its N rows (one ONNX Runtime run, padded to N), a solo model's one request."""
         s = self.settings
-        return MicroBatcher(s.max_batch_size, delay_ms, self.clock, max_batch_tokens=self.inference.batch_tokens)
+        signature = self.inference.runner.signature
+        static = signature.static_batch
+        rows = 1 if signature.solo else s.max_batch_size if static is None else min(s.max_batch_size, static)
+        return MicroBatcher(rows, delay_ms, self.clock, max_batch_tokens=self.inference.batch_tokens)
 
     def queue(self, batcher: MicroBatcher[Work], works: list[Work]) -> None:
         """Put decoded requests in their batching groups (:meth:`~consumer.inference.BatchRunner.group`)."""

@@ -80,7 +80,8 @@ def _request(
 
 
 def decode_response(value: bytes, json_length: int | None = None) -> dict[str, Any]:
-    """Parse an OIP response into ``{"id", "model_name", "model_version", "outputs": {name: ndarray}}``.
+    """Parse an OIP response into ``{"id", "model_name", "model_version", "outputs": {name: ndarray},
+    "output_parameters": {name: the output's parameters, e.g. a ZipMap output's "classes"}}``.
 
     Args:
         value: the result record's value.
@@ -92,14 +93,30 @@ def decode_response(value: bytes, json_length: int | None = None) -> dict[str, A
     head = value if json_length is None else value[:json_length]
     body = orjson.loads(head)
     arrays: dict[str, np.ndarray] = {}
+    parameters: dict[str, dict[str, Any]] = {}
     pos = json_length or 0
     for o in body["outputs"]:
         dtype = OIP_TO_NUMPY[o["datatype"]]
+        parameters[o["name"]] = {k: v for k, v in (o.get("parameters") or {}).items() if k != "binary_data_size"}
         size = (o.get("parameters") or {}).get("binary_data_size")
-        if size is not None:
+        if size is not None and dtype.kind == "O":  # BYTES: each element a 4-byte little-endian length, then bytes
+            arrays[o["name"]] = np.array(_elements(value[pos : pos + size]), dtype=object).reshape(o["shape"])
+            pos += size
+        elif size is not None:
             flat = np.frombuffer(value[pos : pos + size], dtype=dtype.newbyteorder("<"))
             arrays[o["name"]] = flat.astype(dtype).reshape(o["shape"])
             pos += size
         else:
             arrays[o["name"]] = np.asarray(o["data"], dtype=dtype).reshape(o["shape"])
-    return {**body, "outputs": arrays}
+    return {**body, "outputs": arrays, "output_parameters": parameters}
+
+
+def _elements(raw: bytes) -> list[str]:
+    """Binary BYTES elements as text (UTF-8, undecodable bytes escaped)."""
+    out = []
+    pos = 0
+    while pos < len(raw):
+        n = int.from_bytes(raw[pos : pos + 4], "little")
+        out.append(raw[pos + 4 : pos + 4 + n].decode("utf-8", "backslashreplace"))
+        pos += 4 + n
+    return out

@@ -40,6 +40,7 @@ from consumer.oip.validate import (
     check_declaration,
     check_ranges,
     check_rows,
+    check_strings,
     check_values,
     holds_boolean,
     oip_name,
@@ -346,6 +347,28 @@ def _bytes_elements(name: str, chunk: memoryview) -> list[str]:
     return texts
 
 
+def _strings_array(spec: TensorSpec, item: Mapping[str, Any], chunk: memoryview | None) -> np.ndarray:
+    """A BYTES input of a ``tensor(string)`` model input: JSON strings (flat or nested as the shape), or binary
+    elements (each a 4-byte little-endian length, then UTF-8), as an object array of str of the declared shape."""
+    name: str = item["name"]
+    shape: list[int] = item["shape"]
+    count = math.prod(shape)
+    if chunk is not None:
+        arr = np.array(_bytes_elements(name, chunk), dtype=object)
+    else:
+        arr = np.array(item["data"], dtype=object)
+        check_strings(name, arr)
+    if arr.size != count:
+        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: {arr.size} elements, shape {shape} needs {count}")
+    if arr.ndim == 1:
+        return arr.reshape(shape)
+    if list(arr.shape) != shape:
+        raise ValidationError(
+            R.SHAPE_MISMATCH, f"input {name!r}: nested data has shape {list(arr.shape)}, declared {shape}"
+        )
+    return arr
+
+
 def _check_input_fields(index: int, item: object, binary: bool) -> int | None:
     """Check one input object's fields; return its ``binary_data_size`` (bytes) when its data is binary."""
     if not isinstance(item, dict):
@@ -407,6 +430,8 @@ def _to_array(
     shape: list[int] = item["shape"]
     datatype: str = item["datatype"]
     declared = check_declaration(spec, datatype, shape, limits.max_record_rows)
+    if declared.kind == "O":  # BYTES into a tensor(string) input
+        return _strings_array(spec, item, chunk)
 
     if chunk is not None:
         count = math.prod(shape)

@@ -7,11 +7,18 @@ Response value (JSON, OIP "inference response")::
      "outputs": [{"name": "label", "shape": [2], "datatype": "INT64", "data": [7, 3]}, ...]}
 
 ``data`` is flat row-major, as the OIP specifies. Numbers are written by orjson's numpy serialiser (float32 in its
-shortest round-trip form), so a batch-encoded response is byte-for-byte the one :func:`encode_response` writes.
+shortest round-trip form; BF16 as the float32 of the same value, which is exact), so a batch-encoded response is
+byte-for-byte the one :func:`encode_response` writes. BYTES (``tensor(string)``) data are JSON strings. An output
+without a batch axis (``TensorSpec.batched`` false) is carried whole, with its own shape, in every response. A
+ZipMap output (a dense ``[rows, classes]`` FP32 tensor) lists its class labels in its ``parameters``::
+
+    {"name": "output_probability", "shape": [1, 3], "datatype": "FP32",
+     "parameters": {"classes": ["setosa", "versicolor", "virginica"]}, "data": [0.98, 0.02, 0.0]}
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,22 +26,38 @@ import numpy as np
 import orjson
 
 from consumer.oip.wire import le_bytes
-from consumer.schema import NUMPY_TO_OIP, ModelSignature
+from consumer.schema import BF16, NUMPY_TO_OIP, ModelSignature, TensorSpec
 
 Outputs = Sequence[tuple[str, np.ndarray]]
 
 
-def tensor_entry(name: str, arr: np.ndarray, binary: bool) -> dict[str, Any]:
-    """One OIP tensor object: name, shape, datatype and flat ``data`` (or ``binary_data_size``, bytes).
+def json_data(arr: np.ndarray) -> Any:
+    """What orjson writes as an output's JSON ``data``: the array itself (numeric), BF16 as float32 (exact), BYTES
+    as a list of str. Shape kept; callers flatten."""
+    if arr.dtype.kind == "O":
+        return arr.tolist()
+    if arr.dtype == BF16:
+        return arr.astype(np.float32)
+    return arr
+
+
+def tensor_entry(name: str, arr: np.ndarray, binary: bool, spec: TensorSpec | None = None) -> dict[str, Any]:
+    """One OIP tensor object: name, shape, datatype, ``parameters`` and flat ``data`` (or ``binary_data_size``, bytes).
+
+    Args:
+        spec: the output's spec: its ZipMap class labels go to ``parameters.classes``.
 
     Raises:
         KeyError: the array's dtype has no OIP datatype.
     """
     entry: dict[str, Any] = {"name": name, "shape": list(arr.shape), "datatype": NUMPY_TO_OIP[arr.dtype]}
+    parameters: dict[str, Any] = {"classes": list(spec.labels)} if spec is not None and spec.labels else {}
     if binary:
-        entry["parameters"] = {"binary_data_size": arr.nbytes}
+        entry["parameters"] = {**parameters, "binary_data_size": len(le_bytes(arr))}
     else:
-        entry["data"] = np.ascontiguousarray(arr).reshape(-1)
+        if parameters:
+            entry["parameters"] = parameters
+        entry["data"] = json_data(np.ascontiguousarray(arr).reshape(-1))
     return entry
 
 
@@ -44,7 +67,8 @@ def encode_response(response_id: str, signature: ModelSignature, outputs: Output
     Args:
         response_id: the response ``id`` (the correlation ID as text).
         signature: supplies ``model_name`` and ``model_version``.
-        outputs: (name, array) pairs for this record only, each array ``[rows, ...]``, numeric.
+        outputs: (name, array) pairs for this record only, each array ``[rows, ...]`` (an output without a batch
+            axis: its whole array).
 
     Returns:
         UTF-8 JSON bytes; ``data`` is flat row-major as the OIP specifies.
@@ -76,7 +100,7 @@ def _response(response_id: str, signature: ModelSignature, outputs: Outputs, *, 
         "id": response_id,
         "model_name": signature.name,
         "model_version": signature.version,
-        "outputs": [tensor_entry(name, arr, binary) for name, arr in outputs],
+        "outputs": [tensor_entry(name, arr, binary, signature.output(name)) for name, arr in outputs],
     }
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
@@ -85,14 +109,17 @@ class BatchEncoder:
     """JSON responses of every request of a micro-batch, from the batch's outputs, with one serialiser call per
     output instead of one per record.
 
-    Each output ``[total rows, ...]`` is serialised once as ``[total rows, row size]``; the text of each row is cut
-    out of that and spliced, with the request's own shape, into a response template made once per model.
+    Each batched output ``[total rows, ...]`` is serialised once as ``[total rows, row size]`` (BYTES: row by
+    row, since a string may hold any text); the text of each row is cut out of that and spliced, with the
+    request's own shape, into a response template made once per model. An output without a batch axis is
+    serialised once and spliced whole into every response.
 
     Args:
-        signature: supplies ``model_name`` and ``model_version``.
+        signature: supplies ``model_name``, ``model_version`` and each output's spec.
     """
 
     def __init__(self, signature: ModelSignature) -> None:
+        self._signature = signature
         self._head = (
             b',"model_name":'
             + orjson.dumps(signature.name)
@@ -106,8 +133,9 @@ class BatchEncoder:
 
         Args:
             ids: each request's response ``id``.
-            rows: each request's rows, in batch order (they sum to the outputs' first dimension).
-            outputs: (name, array ``[sum(rows), ...]``) in response order.
+            rows: each request's rows, in batch order (they sum to the batched outputs' first dimension).
+            outputs: (name, array ``[sum(rows), ...]``, or the whole array of an output without a batch axis) in
+                response order.
 
         Returns:
             Per request, the bytes :func:`encode_response` gives for its rows of ``outputs``.
@@ -117,25 +145,32 @@ class BatchEncoder:
             TypeError: orjson cannot serialise an output (orjson.JSONEncodeError).
         """
         total = sum(rows)
-        statics: list[tuple[bytes, bytes]] = []  # per output: (text before the rows count, text before the data)
-        texts: list[list[bytes] | None] = []  # per output: the text of each row's numbers (None: rows are empty)
+        statics: list[tuple[bytes, bytes] | bytes] = []  # per output: (before the rows count, before the data)
+        texts: list[list[bytes] | None] = []  # per batched output: each row's data text (None: rows are empty)
         for index, (name, arr) in enumerate(outputs):
+            spec = self._signature.output(name)
+            comma = b"," if index else b""
+            if spec is not None and not spec.batched:
+                statics.append(
+                    comma + orjson.dumps(tensor_entry(name, arr, False, spec), option=orjson.OPT_SERIALIZE_NUMPY)
+                )
+                continue
             datatype = NUMPY_TO_OIP[arr.dtype]
             dims = b"".join(b"," + str(d).encode() for d in arr.shape[1:])
-            prefix = (b"," if index else b"") + b'{"name":' + orjson.dumps(name) + b',"shape":['
-            statics.append((prefix, dims + b'],"datatype":"' + datatype.encode() + b'","data":['))
-            width = int(np.prod(arr.shape[1:], dtype=np.int64))
-            flat = (
-                orjson.dumps(np.ascontiguousarray(arr).reshape(total, width), option=orjson.OPT_SERIALIZE_NUMPY)
-                if width
+            prefix = comma + b'{"name":' + orjson.dumps(name) + b',"shape":['
+            parameters = (
+                b',"parameters":' + orjson.dumps({"classes": list(spec.labels)})
+                if spec is not None and spec.labels
                 else b""
             )
-            texts.append(flat[2:-2].split(b"],[") if width else None)
+            statics.append((prefix, dims + b'],"datatype":"' + datatype.encode() + b'"' + parameters + b',"data":['))
+            width = int(np.prod(arr.shape[1:], dtype=np.int64))
+            texts.append(_row_texts(arr, total, width) if width else None)
         if total == len(rows):  # one row per request (the common case): whole columns at once
             template = self._template(1, statics)
             columns = [t if t is not None else [b""] * total for t in texts]
-            rows_data = zip(*columns, strict=True)
-            return [template % (orjson.dumps(i), *data) for i, data in zip(ids, rows_data, strict=True)]
+            rows_data = zip(*columns, strict=True) if columns else itertools.repeat(())
+            return [template % (orjson.dumps(i), *data) for i, data in zip(ids, rows_data, strict=False)]
         templates: dict[int, bytes] = {}
         responses = []
         start = 0
@@ -147,11 +182,23 @@ class BatchEncoder:
             start += n
         return responses
 
-    def _template(self, rows: int, statics: list[tuple[bytes, bytes]]) -> bytes:
-        """The response of a request of ``rows`` rows with ``%b`` for its id and each output's data."""
+    def _template(self, rows: int, statics: list[tuple[bytes, bytes] | bytes]) -> bytes:
+        """The response of a request of ``rows`` rows with ``%b`` for its id and each batched output's data."""
         count = str(rows).encode()
         parts = [b'{"id":%b', self._head.replace(b"%", b"%%")]
-        for prefix, before_data in statics:
+        for static in statics:
+            if isinstance(static, bytes):  # an output without a batch axis, whole
+                parts.append(static.replace(b"%", b"%%"))
+                continue
+            prefix, before_data = static
             parts += (prefix.replace(b"%", b"%%"), count, before_data.replace(b"%", b"%%"), b"%b]}")
         parts.append(b"]}")
         return b"".join(parts)
+
+
+def _row_texts(arr: np.ndarray, total: int, width: int) -> list[bytes]:
+    """The JSON text of each row's flat data (no brackets), for ``arr`` ``[total, ...]`` of ``width`` values a row."""
+    flat = json_data(np.ascontiguousarray(arr).reshape(total, width))
+    if arr.dtype.kind == "O":  # strings may hold "],[": serialise each row on its own
+        return [orjson.dumps(row)[1:-1] for row in flat]
+    return orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY)[2:-2].split(b"],[")

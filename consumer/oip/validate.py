@@ -35,7 +35,7 @@ def check_rows(name: str, rows: int, max_record_rows: int) -> int:
 def castable(declared: np.dtype[Any], target: np.dtype[Any]) -> bool:
     """Whether a declared OIP datatype may be fed to a model input of ``target`` dtype (values checked later)."""
     if declared == target:
-        return True
+        return True  # BYTES only to BYTES (a tensor(string) input)
     dk, tk = declared.kind, target.kind
     if dk in "iu" and tk in "iuf":
         return True  # integer -> integer (range checked) or -> float (exactness checked)
@@ -55,8 +55,6 @@ def check_declaration(spec: TensorSpec, datatype: str, shape: Sequence[int], max
     declared = OIP_TO_NUMPY.get(datatype)
     if declared is None:
         raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: unknown datatype {datatype!r}")
-    if spec.dtype.kind == "O" or declared.kind == "O":
-        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: BYTES tensors are not supported")
     if not castable(declared, spec.dtype):
         raise ValidationError(
             R.DATATYPE_MISMATCH, f"input {name!r}: {datatype} cannot be cast to the model's {spec.datatype}"
@@ -65,11 +63,29 @@ def check_declaration(spec: TensorSpec, datatype: str, shape: Sequence[int], max
         raise ValidationError(
             R.SHAPE_MISMATCH, f"input {name!r}: rank {len(shape)}, model expects rank {len(spec.shape)}"
         )
-    for axis, (got, want) in enumerate(zip(shape, spec.shape, strict=True)):
-        if want is not None and got != want:
+    for axis, (got, want) in enumerate(zip(shape, spec.shape, strict=True)):  # axis 0 is rows, even when static
+        if axis and want is not None and got != want:
             raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: dimension {axis} is {got}, model expects {want}")
     check_rows(name, shape[0], max_record_rows)
     return declared
+
+
+def check_strings(name: str, arr: np.ndarray) -> None:
+    """A BYTES input's JSON data (numpy object array, as parsed): every element a string.
+
+    Raises:
+        ValidationError: null_value (a null), ragged (a nested list where a string belongs), datatype_mismatch.
+    """
+    for value in arr.flat:
+        if type(value) is str:
+            continue
+        if value is None:
+            raise ValidationError(R.NULL_VALUE, f"input {name!r}: data contains null")
+        if isinstance(value, list):
+            raise ValidationError(R.RAGGED, f"input {name!r}: nested data is ragged")
+        raise ValidationError(
+            R.DATATYPE_MISMATCH, f"input {name!r}: BYTES data must be strings, found {type(value).__name__}"
+        )
 
 
 def holds_boolean(data: list[Any]) -> bool:

@@ -54,5 +54,19 @@ def correlation_id(
 
 
 def le_bytes(arr: np.ndarray) -> bytes:
-    """Row-major little-endian bytes of a numeric array (the binary data extension's layout)."""
+    """Row-major little-endian bytes of an array (the binary data extension's layout): numbers as they are
+    (BF16: 2 bytes each), BYTES (str or bytes elements) each as a 4-byte little-endian length then its UTF-8
+    bytes, as Triton writes them.
+
+    Raises:
+        TypeError: a BYTES element is neither str nor bytes.
+    """
+    if arr.dtype.kind == "O":
+        parts: list[bytes] = []
+        for element in arr.reshape(-1).tolist():
+            raw = element.encode() if isinstance(element, str) else element
+            if not isinstance(raw, bytes):
+                raise TypeError(f"a BYTES element is {type(element).__name__}, not str or bytes")
+            parts += (len(raw).to_bytes(4, "little"), raw)
+        return b"".join(parts)
     return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
