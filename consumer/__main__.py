@@ -130,20 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes) -> int:
     try:
-        runner = OnnxRunner.load(
-            settings.model_path,
-            execution_provider=settings.execution_provider,
-            require_gpu=settings.require_gpu,
-            intra_op_threads=settings.intra_op_threads,
-            inter_op_threads=settings.inter_op_threads,
-            graph_optimization_level=settings.graph_optimization_level,
-            tensorrt=settings.tensorrt,
-            trt_engine_cache_dir=settings.trt_engine_cache_dir,
-            fp16=settings.fp16,
-            max_batch_size=settings.max_batch_size,
-            model_name=settings.model_name,
-            model_version=settings.model_version,
-        )
+        runner = OnnxRunner.from_settings(settings)
         sizes, lengths = warmup_plan(runner, settings.max_batch_size)
         log.info(
             "warming up at batch sizes %s x sequence lengths %s, %d runs each", sizes, lengths, settings.warmup_runs

@@ -71,6 +71,7 @@ class MicroBatcher(Generic[T]):
         self._groups: dict[Hashable, _Group[T]] = {}
         self._rows = 0
         self._closed = False
+        self._released = float("-inf")  # items queued at or before this clock reading are due (release())
         self._wakeup = asyncio.Event()
 
     @property
@@ -134,23 +135,33 @@ class MicroBatcher(Generic[T]):
                 del self._groups[key]
         return removed
 
+    def release(self) -> None:
+        """Make every pending item due now, whatever its deadline (items queued later wait as usual): the source
+        knows no more records are on their way, so waiting would only add latency."""
+        if self._groups:
+            self._released = self._clock()
+            self._wakeup.set()
+
     def close(self) -> None:
         """Stop accepting items; everything pending is flushed by the next calls regardless of deadlines."""
         self._closed = True
         self._wakeup.set()
 
     def time_to_deadline(self, now: float) -> float | None:
-        """Seconds until the oldest pending item's deadline (<= 0: due now); None when nothing is pending."""
+        """Seconds until the oldest pending item's deadline (<= 0: due now, released ones too); None when nothing
+        is pending."""
         heads = [g.items[0][3] for g in self._groups.values() if g.items]
         if not heads:
             return None
-        return min(heads) + self._delay_s - now
+        oldest = min(heads)
+        return 0.0 if oldest <= self._released else oldest + self._delay_s - now
 
     def pop_ready(self, now: float) -> list[T] | None:
         """Remove and return the next batch that is due at time ``now``, or None if none is due.
 
         A full group (rows >= max_batch_rows) is due at once; otherwise the group of the oldest item is due
-        when that item's deadline has passed, or at once after :meth:`close`.
+        when that item's deadline has passed, or at once after :meth:`close`, or when :meth:`release` was called
+        after that item was queued.
         """
         full = [(k, g) for k, g in self._groups.items() if self._full(g.rows, g.tokens)]
         if full:
@@ -162,7 +173,7 @@ class MicroBatcher(Generic[T]):
                 oldest = (k, g.items[0][3])
         if oldest is None:
             return None
-        if self._closed or now >= oldest[1] + self._delay_s:
+        if self._closed or now >= oldest[1] + self._delay_s or oldest[1] <= self._released:
             return self._take(oldest[0])
         return None
 

@@ -59,8 +59,44 @@ FIX_EXTERNAL_DATA = (
     "onnx.save_model(onnx.load(path), path, save_as_external_data=False) (models under 2 GiB)"
 )
 
+#: ONNX Runtime's load errors for files converters commonly get wrong: (text in the error, the fix).
+LOAD_FIXES: tuple[tuple[str, str], ...] = (
+    (
+        "unsupported model ir version",
+        "save it with an IR version this onnxruntime reads (onnx.helper.make_model(..., "
+        "ir_version=10), or convert with an onnx release of the same age), or install a newer onnxruntime",
+    ),
+    (
+        "is under development",
+        "export it with a released opset (torch.onnx.export(opset_version=...), skl2onnx "
+        "target_opset=..., tf2onnx --opset ...)",
+    ),
+    ("zipmap", "convert it without ZipMap: skl2onnx/onnxmltools options={id(model): {'zipmap': False}}"),
+    (
+        "treeensemble",
+        "convert the trees with float32 inputs (FloatTensorType, X.astype(numpy.float32)); onnxruntime's "
+        "tree ensembles take double inputs only from ai.onnx.ml opset 3 with a matching converter",
+    ),
+    (
+        "failed to construct locale",
+        "convert it with a locale the container has: skl2onnx options={id(model): "
+        "{'locale': 'C'}} (TfidfVectorizer, CountVectorizer), or install the locale in the image",
+    ),
+    (
+        "is not a registered function/op",
+        "the graph uses custom operators (onnxruntime-extensions or your own "
+        "library), which streaminfer does not load: export it with standard ONNX operators only",
+    ),
+)
+
 #: ZipMap's output type: a sequence (one per row) of maps label -> probability.
 _ZIPMAP = re.compile(r"seq\(map\((string|int64),tensor\((float|double)\)\)\)")
+
+
+def load_fix(message: str) -> str | None:
+    """The fix for an ONNX Runtime load error (:data:`LOAD_FIXES`), or None when it is not one we know."""
+    lowered = message.lower()
+    return next((fix for text, fix in LOAD_FIXES if text in lowered), None)
 
 
 def input_spec(name: str, ort_type: str, shape: Sequence[int | str | None] | None) -> TensorSpec:
@@ -113,9 +149,11 @@ def static_batch(inputs: Sequence[TensorSpec]) -> int | None:
     """N when every input's axis 0 is fixed at the same N; None when every input's axis 0 is dynamic.
 
     Raises:
-        ModelError: inputs disagree (one fixed, another dynamic, or fixed at different sizes), or axis 0 is fixed
-            at 0.
+        ModelError: no inputs, inputs that disagree (one fixed, another dynamic, or fixed at different sizes), or
+            axis 0 fixed at 0.
     """
+    if not inputs:
+        raise ModelError("the model has no inputs: there is nothing for a request to feed")
     firsts = {spec.name: spec.shape[0] for spec in inputs}
     sizes = set(firsts.values())
     if sizes == {None}:

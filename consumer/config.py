@@ -154,6 +154,11 @@ class Settings(BaseSettings):
     warmup_runs: int = Field(
         3, ge=0, description="Warm-up runs per batch size (and length bucket on a GPU) before joining, runs."
     )
+    warmup_request: Path | None = Field(
+        None,
+        description="An OIP request (JSON file) whose rows probe and warm the model up instead of zeros, for a model "
+        "that zeros are not valid input for (e.g. a OneHotEncoder with handle_unknown='error').",
+    )
     tokenizer_path: Path | None = Field(
         None, description="tokenizer.json of a sequence model: text requests (BYTES input) are tokenized with it."
     )
@@ -162,6 +167,12 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(64, ge=1, le=MAX_ROWS_LIMIT, description="Flush a micro-batch at this many rows, rows.")
     max_batch_delay_ms: float = Field(
         5.0, ge=0, allow_inf_nan=False, description="Flush when the oldest pending record waited this long, ms."
+    )
+    flush_when_caught_up: bool = Field(
+        True,
+        description="at_least_once: flush pending micro-batches at once when a fetch reached the high watermark of "
+        "its partitions (no record is waiting on the broker for the delay to catch); false: always wait for "
+        "max_batch_delay_ms or max_batch_size.",
     )
     max_batch_tokens: int | None = Field(
         None,
@@ -252,6 +263,8 @@ class Settings(BaseSettings):
             raise ValueError(f"model_path {str(self.model_path)!r} is not a file")
         if self.tokenizer_path is not None and not self.tokenizer_path.is_file():
             raise ValueError(f"tokenizer_path {str(self.tokenizer_path)!r} is not a file")
+        if self.warmup_request is not None and not self.warmup_request.is_file():
+            raise ValueError(f"warmup_request {str(self.warmup_request)!r} is not a file")
         if (self.tensorrt or self.fp16) and self.execution_provider == "cpu":
             raise ValueError("tensorrt and fp16 need a GPU; they cannot be used with execution_provider=cpu")
         used = []  # files are checked only where the protocol uses them (a mounted Secret may be absent otherwise)

@@ -89,10 +89,12 @@ class BatchRunner:
 
     def group(self, request: DecodedRequest) -> tuple[Hashable, int]:
         """The micro-batching group of a request and its cost in tokens: its non-batch shape (tokens 0), or for a
-        sequence model its length bucket (tokens: rows x the bucket's length)."""
-        if self._sequence is None:
+        sequence model its length bucket (tokens: rows x the bucket's length; its exact length where padding is
+        not safe for the model)."""
+        sequence = self.runner.signature.sequence
+        if sequence is None:
             return request.shape_key, 0
-        bound = bucket(request.length, self.buckets)
+        bound = bucket(request.length, self.buckets) if sequence.padding_safe else request.length
         return bound, request.rows * bound
 
     def buffers(self) -> BatchBuffers:

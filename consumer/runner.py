@@ -8,28 +8,34 @@ dimension is checked against the batch's rows (pattern after MLServer ``batching
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
 from consumer.compat import (
     FIX_EXTERNAL_DATA,
-    FIX_OUTPUT_TYPE,
     OutputReader,
     blank,
     input_spec,
     is_zipmap,
+    load_fix,
     output_spec,
     static_batch,
 )
-from consumer.errors import DeadLetterReason, InferenceError, ModelError
+from consumer.errors import DeadLetterReason, InferenceError, ModelError, RecordError
+from consumer.oip.decode import Limits, decode_request
+from consumer.probe import graph_constants, probe, rows_from
 from consumer.schema import ModelSignature, floating
 from consumer.sequence import GPU_BUCKETS, detect, input_ranges, length_buckets
+
+if TYPE_CHECKING:
+    from consumer.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +83,9 @@ class OnnxRunner:
         self.signature = signature
         self.provider = provider
         self.device_id = device_id
-        self._reader = reader or OutputReader(signature.outputs)
+        self.reader = reader or OutputReader(signature.outputs)
+        #: The rows probe and warmup run on (``warmup_request``), or None for placeholder rows.
+        self.sample: Mapping[str, np.ndarray] | None = None
         self._output_names = list(signature.output_names)
         #: ``onnxruntime.RunOptions`` passed to every run, or None (see :meth:`probe`).
         self._run_options: Any = None
@@ -101,6 +109,7 @@ class OnnxRunner:
         max_batch_size: int = 64,
         model_name: str | None = None,
         model_version: str | None = None,
+        warmup_request: bytes | None = None,
     ) -> OnnxRunner:
         """Create the session and read the signature (sequence layout and value ranges included) from the graph.
 
@@ -114,6 +123,8 @@ class OnnxRunner:
             fp16: GPU only: serve a float16 copy of the graph (ONNX Runtime's converter, float32 inputs and
                 outputs kept); with TensorRT, its FP16 mode instead.
             max_batch_size: the largest batch in rows, for TensorRT's profile shapes.
+            warmup_request: an OIP request (JSON) whose rows probe and warm the model up instead of zeros, for a
+                model that zeros are not valid input for.
 
         The model is then probed (:meth:`probe`): run on zeros to learn which outputs have a batch axis and
         ZipMap's class labels, and every output encoded as an OIP response, so a model that loads can serve.
@@ -163,7 +174,8 @@ class OnnxRunner:
         device_id = int(session.get_provider_options().get(active, {}).get("device_id", 0))
         log.info("model %s v%s loaded on %s", signature.name, signature.version, active)
         runner = cls(session, signature, active, device_id, OutputReader(signature.outputs, zipmaps))
-        runner.probe()
+        sample = _sample(warmup_request, signature) if warmup_request is not None else None
+        runner.probe(sample, path)
         if runner.signature.static_batch is not None:
             log.warning(
                 "every input's batch axis is fixed at %d in the graph: ONNX Runtime runs %d row(s) at a time%s; "
@@ -173,6 +185,33 @@ class OnnxRunner:
                 " (batching is off)" if runner.signature.static_batch == 1 else ", batches padded to that size",
             )
         return runner
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OnnxRunner:
+        """:meth:`load` with the settings' model, provider, session and warmup options (what the service runs).
+
+        Raises:
+            ModelError: as :meth:`load`; or ``warmup_request`` cannot be read.
+        """
+        try:
+            warmup = settings.warmup_request.read_bytes() if settings.warmup_request is not None else None
+        except OSError as exc:
+            raise ModelError(f"warmup_request: {exc}") from None
+        return cls.load(
+            settings.model_path,
+            execution_provider=settings.execution_provider,
+            require_gpu=settings.require_gpu,
+            intra_op_threads=settings.intra_op_threads,
+            inter_op_threads=settings.inter_op_threads,
+            graph_optimization_level=settings.graph_optimization_level,
+            tensorrt=settings.tensorrt,
+            trt_engine_cache_dir=settings.trt_engine_cache_dir,
+            fp16=settings.fp16,
+            max_batch_size=settings.max_batch_size,
+            model_name=settings.model_name,
+            model_version=settings.model_version,
+            warmup_request=warmup,
+        )
 
     def run(self, feeds: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         """Run one batch. Blocking; call from the inference thread.
@@ -189,7 +228,7 @@ class OnnxRunner:
             InferenceError: ONNX Runtime raised, or a batched output's first dimension is not ``rows``.
         """
         try:
-            out = self._execute(feeds, rows)
+            out = self.execute(feeds, rows)
         except Exception as exc:
             raise InferenceError(
                 DeadLetterReason.INFERENCE_ERROR, f"ONNX Runtime failed: {type(exc).__name__}: {exc}"
@@ -203,9 +242,14 @@ class OnnxRunner:
                 )
         return out
 
-    def _execute(self, feeds: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
-        """Output name -> array of one batch; a static-batch model runs it N rows at a time, the last run padded
-        with :func:`~consumer.compat.blank` rows and the padding cut off the batched outputs."""
+    def execute(self, feeds: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+        """Output name -> array of one batch, unchecked (:meth:`run` checks); a static-batch model runs it N rows at
+        a time, the last run padded with :func:`~consumer.compat.blank` rows and the padding cut off the batched
+        outputs.
+
+        Raises:
+            Exception: whatever ONNX Runtime raises.
+        """
         size = self.signature.static_batch
         if size is None or rows == size:
             return dict(zip(self._output_names, self._session_run(feeds), strict=True))
@@ -228,79 +272,58 @@ class OnnxRunner:
         return out
 
     def _session_run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        if not self._reader.plain:  # ZipMap, bfloat16: host outputs, read by the reader
-            return self._reader.run(self.session, self._output_names, feeds, self._run_options)
+        if not self.reader.plain:  # ZipMap, bfloat16: host outputs, read by the reader
+            return self.reader.run(self.session, self._output_names, feeds, self._run_options)
         if self.provider == CPU:
             if self._run_options is not None:
                 return self.session.run(self._output_names, dict(feeds), self._run_options)  # type: ignore[call-arg]
             return self.session.run(self._output_names, dict(feeds))
         return self._run_bound(feeds)  # CUDA / TensorRT: IO binding, one host->device copy per input, outputs once
 
-    def probe(self) -> None:
-        """Learn what the graph does not declare, and check every output can be answered, before serving.
+    def probe(self, sample: Mapping[str, np.ndarray] | None = None, path: Path | None = None) -> None:
+        """Run the model before serving to learn what its graph does not say (:mod:`consumer.probe`: outputs
+        without a batch axis, ZipMap labels, whether requests may share a run, whether padding is safe) and check
+        every output can be encoded; ``signature`` is updated.
 
-        Runs zeros (:func:`~consumer.compat.blank`) at 1 and 2 rows (a static-batch model: at its N): an output
-        whose axis 0 follows the rows at both is batched, any other is carried whole in every response; a ZipMap
-        output gets its class labels and ``[rows, classes]`` shape. Then each output of the 1-row run is encoded
-        as an OIP response (JSON and binary), so an output the encoder cannot carry fails start-up, not requests.
+        Args:
+            sample: input name -> rows ``[n, ...]`` to probe with (``warmup_request``); None: placeholder rows.
+            path: the model file, to find which outputs are graph constants (with the ``onnx`` package).
 
         Raises:
-            ModelError: the model fails on zeros at one row, or an output cannot be encoded (the fix named).
+            ModelError: the model fails on the probe rows at one row, or an output cannot be encoded.
         """
-        sig = self.signature
-        sizes = [sig.static_batch] if sig.static_batch is not None else [1, 2]
-        seen: dict[int, dict[str, np.ndarray]] = {}
-        for rows in sizes:
-            feeds = {spec.name: blank(spec, rows) for spec in sig.inputs}
-            try:
-                seen[rows] = self._execute(feeds, rows)
-            except Exception as exc:
-                if not seen:
-                    raise ModelError(f"the model fails on zeros at {rows} row(s): {type(exc).__name__}: {exc}") from exc
-                break  # fails above one row: warmup says so, bisection answers record by record
-        outputs = []
-        misdeclared = []  # batched outputs whose graph declares a fixed axis 0
-        for spec in sig.outputs:
-            batched = all(out[spec.name].ndim > 0 and out[spec.name].shape[0] == rows for rows, out in seen.items())
-            labels = self._reader.labels.get(spec.name, ())
-            shape = (None, len(labels)) if spec.name in self._reader.zipmaps else spec.shape
-            if batched and shape:
-                if shape[0] is not None and sig.static_batch is None and len(seen) > 1:
-                    misdeclared.append(spec.name)
-                shape = (None, *shape[1:])
-            outputs.append(replace(spec, shape=shape, batched=batched, labels=labels))
-        whole = [o.name for o in outputs if not o.batched]
-        solo = bool(whole) and self._outputs_vary(whole, seen[sizes[0]], sizes[0])
-        self.signature = replace(sig, outputs=tuple(outputs), solo=solo)
-        if solo:
-            log.warning(
-                "outputs %s have no batch axis and one depends on the inputs: every request runs alone (batching "
-                "off); export them with a batch axis to batch",
-                sorted(self.signature.whole_outputs),
-            )
-        if misdeclared:
-            import onnxruntime as ort
+        self.sample = sample
+        self.signature = probe(
+            self,
+            rows_from(sample, self.signature.inputs),
+            (lambda: graph_constants(path)) if path is not None else frozenset,
+        )
 
-            log.warning(
-                "outputs %s declare a fixed axis 0 but follow the batch's rows (an exporter's shape annotation, e.g. "
-                "onnxmltools' LightGBM label); served as batched, ONNX Runtime's per-run shape warnings silenced",
-                misdeclared,
-            )
-            self._run_options = ort.RunOptions()
-            self._run_options.log_severity_level = 3  # errors only
-        from consumer.oip.encode import encode_response, encode_response_binary  # the encoder imports the schema
+    @contextlib.contextmanager
+    def quiet_runs(self) -> Iterator[None]:
+        """Runs inside log nothing below fatal (probe runs on rows the model may reject); no-op on a fake session."""
+        if not hasattr(self.session, "get_providers"):  # not an onnxruntime.InferenceSession
+            yield
+            return
+        import onnxruntime as ort
 
-        first = seen[sizes[0]]
-        for spec in self.signature.outputs:
-            arr = first[spec.name][:1] if spec.batched else first[spec.name]
-            try:
-                encode_response("probe", self.signature, [(spec.name, arr)])
-                encode_response_binary("probe", self.signature, [(spec.name, arr)])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ModelError(
-                    f"output {spec.name!r} ({arr.dtype}, shape {list(arr.shape)}) cannot be encoded as an OIP "
-                    f"response: {type(exc).__name__}: {exc}; {FIX_OUTPUT_TYPE.format(name=spec.name)}"
-                ) from exc
+        kept = self._run_options
+        options = ort.RunOptions()
+        options.log_severity_level = 4
+        self._run_options = options
+        try:
+            yield
+        finally:
+            self._run_options = kept
+
+    def quiet_shape_warnings(self) -> None:
+        """Pass ``RunOptions`` with errors-only logging to every run (ONNX Runtime warns on each run whose output
+        shape differs from the graph's annotation)."""
+        import onnxruntime as ort
+
+        options = ort.RunOptions()
+        options.log_severity_level = 3
+        self._run_options = options
 
     def _run_bound(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         binding: Any = self.session.io_binding()  # type: ignore[attr-defined]
@@ -311,25 +334,13 @@ class OnnxRunner:
         self.session.run_with_iobinding(binding)  # type: ignore[attr-defined]
         return list(binding.copy_outputs_to_cpu())
 
-    def _outputs_vary(self, names: Sequence[str], zeros: Mapping[str, np.ndarray], rows: int) -> bool:
-        """Whether one of the outputs ``names`` changes when the inputs do (``zeros``: the outputs of zeros at
-        ``rows`` rows; compared with ones; True when the model fails on ones, to be safe)."""
-        ones = {}
-        for spec in self.signature.inputs:
-            arr = blank(spec, rows)
-            ones[spec.name] = np.full_like(arr, "1") if arr.dtype.kind == "O" else np.ones_like(arr)
-        try:
-            other = self._execute(ones, rows)
-        except Exception:  # noqa: BLE001 (ONNX Runtime raises its own classes)
-            return True
-        return any(not np.array_equal(zeros[name], other[name]) for name in names)
-
     def warmup(self, batch_sizes: Sequence[int], runs: int, lengths: Sequence[int] = (1,)) -> list[int]:
         """Run ``runs`` times at each batch size (rows) and sequence length (tokens) so kernels, arenas and (on a
         GPU) algorithm choices are ready before serving.
 
-        Inputs are zeros (token ids: the pad id, attention mask 1); dynamic non-batch axes get each of
-        ``lengths``. The median time of the runs at the last (largest) batch size is kept in ``batch_seconds``.
+        Inputs are zeros (token ids: the pad id, attention mask 1; dynamic non-batch axes get each of
+        ``lengths``), or the rows of ``sample`` (``warmup_request``) repeated to each batch size.
+        The median time of the runs at the last (largest) batch size is kept in ``batch_seconds``.
         A model that fails at a size above 1 is still served (failing batches are bisected down to single
         records), with a warning.
 
@@ -339,10 +350,11 @@ class OnnxRunner:
         Raises:
             InferenceError: the model fails on zeros at batch 1, so it cannot serve at all.
         """
+        rows_for = rows_from(self.sample, self.signature.inputs)
         failing: list[int] = []
         for rows in batch_sizes:
             for length in lengths:
-                feeds = {s.name: blank(s, rows, length) for s in self.signature.inputs}
+                feeds = rows_for(rows, length)
                 times = []
                 try:
                     for _ in range(runs):
@@ -365,6 +377,19 @@ class OnnxRunner:
         return failing
 
 
+def _sample(value: bytes, signature: ModelSignature) -> dict[str, np.ndarray]:
+    """The inputs of the ``warmup_request`` JSON, validated like any request.
+
+    Raises:
+        ModelError: it is not a valid request for this model (the reason and message named).
+    """
+    try:
+        request = decode_request(value, signature, Limits(max_record_bytes=len(value), max_record_rows=1 << 20))
+    except RecordError as err:
+        raise ModelError(f"warmup_request is not a valid request for this model: {err.reason}: {err}") from None
+    return dict(request.inputs)
+
+
 def _open(ort: Any, model: str | bytes, options: Any, providers: list[Any]) -> Any:
     try:
         return ort.InferenceSession(model, sess_options=options, providers=providers)
@@ -373,7 +398,8 @@ def _open(ort: Any, model: str | bytes, options: Any, providers: list[Any]) -> A
             raise ModelError(
                 f"cannot load model: its external-data weights are missing: {exc}; {FIX_EXTERNAL_DATA}"
             ) from exc
-        raise ModelError(f"cannot load model: {exc}") from exc
+        fix = load_fix(str(exc))
+        raise ModelError(f"cannot load model: {exc}" + (f"; {fix}" if fix else "")) from exc
 
 
 def _signature(
@@ -514,7 +540,9 @@ def describe(runner: OnnxRunner) -> dict[str, Any]:
         "provider": runner.provider,
         "inputs": {s.name: [s.datatype, list(s.shape)] for s in sig.inputs},
         "outputs": {s.name: [s.datatype, list(s.shape)] + ([] if s.batched else ["whole"]) for s in sig.outputs},
-        "sequence": None if sig.sequence is None else {"max_length": sig.sequence.max_length},
+        "sequence": None
+        if sig.sequence is None
+        else {"max_length": sig.sequence.max_length, "padding_safe": sig.sequence.padding_safe},
         "batch_axis": batch_axis(sig),
     }
 

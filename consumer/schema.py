@@ -9,7 +9,7 @@ ONNX Runtime reports a tensor's type as ``tensor(<onnx type>)``; the table below
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -88,16 +88,6 @@ class TensorSpec:
         """The OIP datatype string (``FP32``, ``INT64`` ...)."""
         return NUMPY_TO_OIP[self.dtype]
 
-    @classmethod
-    def from_ort(cls, name: str, ort_type: str, shape: Sequence[int | str | None]) -> TensorSpec:
-        """Build from ONNX Runtime's ``NodeArg`` fields; symbolic or unknown dims become ``None``.
-
-        Raises:
-            KeyError: ``ort_type`` is not a tensor type in :data:`ORT_TO_NUMPY` (sequences, maps).
-        """
-        dims = tuple(d if isinstance(d, int) and d >= 0 else None for d in shape)
-        return cls(name=name, dtype=ORT_TO_NUMPY[ort_type], shape=dims)
-
 
 @dataclass(frozen=True, slots=True)
 class SequenceSpec:
@@ -110,12 +100,16 @@ class SequenceSpec:
         max_length: longest accepted sequence, tokens.
         optional: inputs a request may leave out, with their fill value (``attention_mask`` 1, ``token_type_ids``
             0), so a request of bare ``input_ids`` is enough.
+        padding_safe: padding a row to its batch's longest leaves its answer as it is (checked when the model is
+            loaded, :mod:`consumer.probe`); False (no ``attention_mask``, last-token pooling): a request is batched
+            only with requests of its own length.
     """
 
     inputs: tuple[str, ...]
     pad_values: Mapping[str, int]
     max_length: int
     optional: Mapping[str, int]
+    padding_safe: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,6 +107,18 @@ class Source:
                 self._progress.mark()
         return fetched
 
+    def caught_up(self, fetched: Fetched, asked: int) -> bool:
+        """Whether the fetch that returned ``fetched`` (``asked``: its ``max_records``) left nothing behind: fewer
+        records than asked (the client's buffer is empty) and, for each partition in it, its last record is the
+        last the broker had (offset + 1 == the high watermark the fetch response carried)."""
+        if not fetched or sum(len(records) for records in fetched.values()) >= asked:
+            return False
+        for tp, records in fetched.items():
+            highwater = self.consumer.highwater(tp)
+            if highwater is None or records[-1].offset + 1 < highwater:
+                return False
+        return True
+
     def throttle(self, full: bool) -> None:
         """Pause every assigned partition while ``full``; resume them once not."""
         consumer = self.consumer

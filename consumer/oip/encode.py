@@ -53,7 +53,8 @@ def tensor_entry(name: str, arr: np.ndarray, binary: bool, spec: TensorSpec | No
     entry: dict[str, Any] = {"name": name, "shape": list(arr.shape), "datatype": NUMPY_TO_OIP[arr.dtype]}
     parameters: dict[str, Any] = {"classes": list(spec.labels)} if spec is not None and spec.labels else {}
     if binary:
-        entry["parameters"] = {**parameters, "binary_data_size": len(le_bytes(arr))}
+        size = len(le_bytes(arr)) if arr.dtype.kind == "O" else arr.nbytes  # BYTES: length-prefixed elements
+        entry["parameters"] = {**parameters, "binary_data_size": size}
     else:
         if parameters:
             entry["parameters"] = parameters

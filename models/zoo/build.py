@@ -14,12 +14,16 @@ random_forest       RandomForestClassifier (integer classes, ZipMap ``seq(map(in
 scaler_svc          Pipeline(StandardScaler, SVC(probability=True)) on breast cancer, ``zipmap=False``
 gbr                 GradientBoostingRegressor on diabetes: ``[N, 1]`` float
 onehot_strings      Pipeline(OneHotEncoder, LogisticRegression) on a string feature: a ``tensor(string)`` input
+onehot_strict       the same with ``handle_unknown='error'``: zeros fail it, served with a ``warmup_request``
 lightgbm            LGBMClassifier through onnxmltools (if lightgbm and onnxmltools are installed)
 xgboost             XGBClassifier through onnxmltools (if xgboost and onnxmltools are installed)
 external_data       the ``image`` graph saved with its weights in a separate file (ONNX external data)
 static_1            LogisticRegression exported with ``initial_types [1, 4]``: no dynamic batch axis
 static_4            the same at ``[4, 4]``
 kinds               float16, bfloat16, bool, int8, uint16, int32 outputs, a scalar and a table without batch axis
+batch_statistics    ``x - mean(x over the batch)``: rows change each other, every request runs alone
+outlier_indices     ``NonZero(x > 6)``: an input-dependent output without a batch axis, every request runs alone
+unmasked_pooling    a sequence model without ``attention_mask``: padding would change it, batched by exact length
 image               NCHW ``[N, 1, 8, 8]`` digits images: Flatten, the digits LogisticRegression's weights; a class table
 ==================  =================================================================================================
 
@@ -138,6 +142,26 @@ def onehot_strings(out: Path) -> dict[str, Any]:
     return {"model": _save(onx, out / "onehot_strings.onnx"), "requests": _requests("petal", petal[::9])}
 
 
+def onehot_strict(out: Path) -> dict[str, Any]:
+    """Pipeline(OneHotEncoder(handle_unknown='error'), LogisticRegression): the empty strings of the probe are an
+    unknown category it fails on, so it is served with a ``warmup_request`` (the entry's ``warmup_request``)."""
+    x, _, names = _iris()
+    petal = np.array(["short", "medium", "long"], dtype=object)[np.digitize(x[:, 2], [2.5, 5.0])].reshape(-1, 1)
+    model = make_pipeline(OneHotEncoder(handle_unknown="error"), LogisticRegression(max_iter=1000)).fit(petal, names)
+    onx = convert_sklearn(
+        model,
+        initial_types=[("petal", StringTensorType([None, 1]))],
+        options={id(model.steps[-1][1]): {"zipmap": False}},
+    )
+    warmup = out / "onehot_strict.warmup.json"
+    warmup.write_text(json.dumps({"inputs": [{"name": "petal", **_tensor(petal[:2])}]}))
+    return {
+        "model": _save(onx, out / "onehot_strict.onnx"),
+        "requests": _requests("petal", petal[::9]),
+        "warmup_request": warmup.name,
+    }
+
+
 def lightgbm(out: Path) -> dict[str, Any]:
     import onnxmltools
     from lightgbm import LGBMClassifier
@@ -241,6 +265,71 @@ def kinds(out: Path) -> dict[str, Any]:
     return {"model": _save(model, out / "kinds.onnx"), "requests": _requests("x", x, (1, 3, 1, 1, 3, 1))}
 
 
+def batch_statistics(out: Path) -> dict[str, Any]:
+    """``y = x - mean(x over the batch)``: rows change each other's answers, so every request runs alone."""
+    T = TensorProto
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["mean"], axes=[0], keepdims=1),
+        helper.make_node("Sub", ["x", "mean"], ["y"]),
+    ]
+    model = _graph_model(
+        nodes,
+        [helper.make_tensor_value_info("x", T.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, ["batch", 4])],
+    )
+    x, _, _ = _iris()
+    return {"model": _save(model, out / "batch_statistics.onnx"), "requests": _requests("x", x[::11])}
+
+
+def outlier_indices(out: Path) -> dict[str, Any]:
+    """Per-row scores and ``NonZero(x > 6)``: an index list without a batch axis that depends on the inputs (served
+    per request, so no answer lists another request's outliers)."""
+    T = TensorProto
+    nodes = [
+        helper.make_node("Greater", ["x", "threshold"], ["big"]),
+        helper.make_node("NonZero", ["big"], ["outliers"]),
+        helper.make_node("ReduceSum", ["x", "last"], ["score"], keepdims=0),
+    ]
+    model = _graph_model(
+        nodes,
+        [helper.make_tensor_value_info("x", T.FLOAT, ["batch", 4])],
+        [
+            helper.make_tensor_value_info("score", T.FLOAT, ["batch"]),
+            helper.make_tensor_value_info("outliers", T.INT64, [2, "n"]),
+        ],
+        [
+            numpy_helper.from_array(np.array([6.0], np.float32), "threshold"),
+            numpy_helper.from_array(np.array([1], np.int64), "last"),
+        ],
+    )
+    x, _, _ = _iris()
+    return {"model": _save(model, out / "outlier_indices.onnx"), "requests": _requests("x", x[60::6])}
+
+
+def unmasked_pooling(out: Path) -> dict[str, Any]:
+    """A sequence model without ``attention_mask``: ``input_ids [batch, sequence]`` -> embedding mean over every
+    position, so padding would change the answer; batched by exact length instead. The embedding table is the
+    digits LogisticRegression's coefficients (64 token ids, 10 dimensions)."""
+    model, _ = _digits_logreg()
+    T = TensorProto
+    nodes = [
+        helper.make_node("Gather", ["table", "input_ids"], ["vectors"]),
+        helper.make_node("ReduceMean", ["vectors"], ["embedding"], axes=[1], keepdims=0),
+    ]
+    graph = _graph_model(
+        nodes,
+        [helper.make_tensor_value_info("input_ids", T.INT64, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("embedding", T.FLOAT, ["batch", 10])],
+        [numpy_helper.from_array(model.coef_.T.astype(np.float32).copy(), "table")],
+    )
+    rng = np.random.default_rng(SEED)
+    requests = [
+        {"input_ids": _tensor(rng.integers(1, 64, size=(rows, length)).astype(np.int64))}
+        for rows, length in ((1, 3), (3, 5), (1, 7), (1, 3), (3, 9), (1, 5))
+    ]
+    return {"model": _save(graph, out / "unmasked_pooling.onnx"), "requests": requests}
+
+
 def image(out: Path) -> dict[str, Any]:
     """NCHW digits images ``[N, 1, 8, 8]`` -> Flatten -> the digits LogisticRegression's weights (Gemm) ->
     Softmax probabilities and ArgMax label; and the class table ``[10]``, a constant without a batch axis."""
@@ -283,12 +372,16 @@ SERVED: dict[str, Callable[[Path], dict[str, Any]]] = {
         scaler_svc,
         gbr,
         onehot_strings,
+        onehot_strict,
         lightgbm,
         xgboost,
         external_data,
         static_1,
         static_4,
         kinds,
+        batch_statistics,
+        outlier_indices,
+        unmasked_pooling,
         image,
     )
 }

@@ -77,7 +77,7 @@ async def start_app(kafka_bootstrap: str, topics: dict[str, str], digits_model: 
     async def factory(**overrides: Any) -> StreamInferApp:
         options = {"group_id": group, "shutdown_grace_s": 20, "model_path": digits_model / "digits.onnx", **overrides}
         settings = settings_for(kafka_bootstrap, topics, **options)
-        runner = OnnxRunner.load(settings.model_path, execution_provider="cpu")  # as consumer.__main__ does
+        runner = OnnxRunner.from_settings(settings)  # as consumer.__main__ does
         sizes, lengths = warmup_plan(runner, settings.max_batch_size)
         runner.warmup(sizes, settings.warmup_runs, lengths)
         app = StreamInferApp(settings, runner, Metrics(CollectorRegistry()))

@@ -30,12 +30,16 @@ SERVED = (
     "scaler_svc",
     "gbr",
     "onehot_strings",
+    "onehot_strict",
     "lightgbm",
     "xgboost",
     "external_data",
     "static_1",
     "static_4",
     "kinds",
+    "batch_statistics",
+    "outlier_indices",
+    "unmasked_pooling",
     "image",
 )
 REFUSED = ("sequence_input", "bfloat16_input", "scalar_input", "mixed_batch_axes", "sequence_output", "missing_weights")
@@ -117,7 +121,10 @@ async def test_each_model_is_served_as_a_direct_run_answers(
         pytest.skip(f"{name}: {manifest['skipped'][name]}")
     entry = manifest["served"][name]
     path = folder / entry["model"]
-    app = await start_app(model_path=path, max_batch_size=8, max_batch_delay_ms=20)
+    warmup = entry.get("warmup_request")
+    app = await start_app(
+        model_path=path, max_batch_size=8, max_batch_delay_ms=20, warmup_request=folder / warmup if warmup else None
+    )
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     run = uuid.uuid4().hex[:6]
     records: list[Outgoing] = []

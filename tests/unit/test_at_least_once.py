@@ -206,7 +206,9 @@ async def test_a_result_over_the_producer_limit_becomes_a_dead_letter_before_it_
 async def test_revoke_drops_queued_records_and_waits_for_those_in_flight(
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
 ) -> None:
-    h = Harness(tmp_path, digits_signature, clock, max_batch_delay_ms=50, revoke_timeout_ms=5000)
+    h = Harness(
+        tmp_path, digits_signature, clock, max_batch_delay_ms=50, revoke_timeout_ms=5000, flush_when_caught_up=False
+    )
     h.cluster.policy = "hold"
     await h.start()
     h.send(0, [digits_value() for _ in range(4)])  # a full batch: runs, written, held in flight
@@ -266,3 +268,33 @@ async def test_stop_drains_answers_and_commits(
 
 def asyncio_task(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
     return asyncio.ensure_future(coro)
+
+
+@pytest.mark.parametrize("flush", [True, False])
+async def test_a_lone_record_is_not_held_for_the_batch_delay_once_the_fetch_caught_up(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock, flush: bool
+) -> None:
+    h = Harness(tmp_path, digits_signature, clock, max_batch_delay_ms=60_000, flush_when_caught_up=flush)
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value()])
+    await h.idle()
+    assert len(h.results()) == (1 if flush else 0)  # no time passed: only a release can have flushed it
+    await h.stop()
+    assert len(h.results()) == 1
+
+
+async def test_a_fetch_that_left_records_behind_does_not_release_the_batcher(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Harness(tmp_path, digits_signature, clock, max_batch_delay_ms=60_000, max_batch_size=64, fetch_max_records=2)
+    await h.start(partitions=(0,))
+    source = h.app.stages.source if h.app.stages is not None else None
+    assert source is not None
+    tp = TopicPartition("requests", 0)
+    h.send(0, [digits_value() for _ in range(3)])
+    fetched = {tp: [type("R", (), {"offset": 1})()]}
+    assert not source.caught_up(fetched, asked=1)  # as many as asked: the client may hold more
+    assert not source.caught_up(fetched, asked=5)  # offset 1 of 3: the broker holds more
+    assert source.caught_up({tp: [type("R", (), {"offset": 2})()]}, asked=5)
+    await h.until(lambda: len(h.results()) == 3)  # fetched 2, then the last 1 (caught up): all released
+    await h.stop()

@@ -75,6 +75,8 @@ def test_static_batch_is_the_fixed_axis_every_input_shares() -> None:
         static_batch([spec("a", 1), spec("b", 2)])
     with pytest.raises(ModelError, match="fixed at 0"):
         static_batch([spec("a", 0)])
+    with pytest.raises(ModelError, match="no inputs"):
+        static_batch([])
 
 
 def test_zipmap_maps_become_dense_columns_in_label_order() -> None:
@@ -171,7 +173,7 @@ def test_a_model_that_fails_on_zeros_cannot_be_served() -> None:
         def run(self, output_names: list[str] | None, input_feed: dict[str, np.ndarray]) -> list[np.ndarray]:
             raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION")
 
-    with pytest.raises(ModelError, match="fails on zeros at 1 row"):
+    with pytest.raises(ModelError, match=r"fails on its probe input at 1 row.*--warmup-request"):
         OnnxRunner(Broken(), static_signature(None)).probe()
 
 
@@ -269,3 +271,121 @@ def test_a_static_batch_input_takes_any_number_of_rows() -> None:
     wrong = orjson.dumps({"inputs": [{"name": "x", "shape": [3, 5], "datatype": "FP32", "data": [0.0] * 15}]})
     with pytest.raises(RecordError, match="dimension 1 is 5, model expects 2"):
         decode_request(wrong, signature, LIMITS)
+
+
+# ------------------------------------------------------------------------------------------------ probe
+class RowwiseSession:
+    """``y = f(x)`` of a ``[batch, 2]`` input: per row (``x * 2``), or across rows (``x - x.mean(0)``)."""
+
+    def __init__(self, across_rows: bool) -> None:
+        self.across_rows = across_rows
+        self.feeds: list[np.ndarray] = []
+
+    def run(self, output_names: list[str] | None, input_feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        x = input_feed["x"]
+        self.feeds.append(x)
+        return [x - x.mean(axis=0) if self.across_rows else x * 2]
+
+
+def rowwise_signature() -> ModelSignature:
+    return ModelSignature("r", "1", (TensorSpec("x", F32, (None, 2)),), (TensorSpec("y", F32, (None, 2)),))
+
+
+@pytest.mark.parametrize("across_rows", [False, True])
+def test_rows_that_change_each_other_make_every_request_run_alone(across_rows: bool) -> None:
+    runner = OnnxRunner(RowwiseSession(across_rows), rowwise_signature())
+    runner.probe()
+    assert runner.signature.solo == across_rows
+
+
+def test_the_probe_runs_on_the_warmup_request_rows() -> None:
+    session = RowwiseSession(False)
+    runner = OnnxRunner(session, rowwise_signature())
+    sample = {"x": np.array([[3.0, 4.0]], F32)}
+    runner.probe(sample)
+    assert session.feeds[0].tolist() == [[3.0, 4.0]]
+    assert session.feeds[1].tolist() == [[3.0, 4.0], [3.0, 4.0]]  # its rows repeated to 2
+    runner.warmup([3], runs=1)
+    assert session.feeds[-1].shape == (3, 2)
+    assert (session.feeds[-1] == 3.0).any()
+
+
+class PoolingSession:
+    """A sequence model: the mean of its token ids over the positions its mask keeps (``masked``), or over all."""
+
+    def __init__(self, masked: bool) -> None:
+        self.masked = masked
+
+    def run(self, output_names: list[str] | None, input_feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        ids = input_feed["input_ids"].astype(np.float32)
+        mask = input_feed["attention_mask"].astype(np.float32) if self.masked else np.ones_like(ids)
+        return [(ids * mask).sum(axis=1, keepdims=True) / mask.sum(axis=1, keepdims=True)]
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_a_sequence_model_that_padding_changes_is_batched_by_exact_length(masked: bool) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from consumer.inference import BatchRunner
+    from consumer.metrics import Metrics
+    from consumer.sequence import detect
+
+    i64 = np.dtype(np.int64)
+    plain = ModelSignature(
+        "p",
+        "1",
+        (TensorSpec("input_ids", i64, (None, None)), TensorSpec("attention_mask", i64, (None, None))),
+        (TensorSpec("pooled", F32, (None, 1)),),
+    )
+    signature = ModelSignature(plain.name, plain.version, plain.inputs, plain.outputs, detect(plain, {}))
+    runner = OnnxRunner(PoolingSession(masked), signature)
+    runner.probe()
+    assert runner.signature.sequence is not None
+    assert runner.signature.sequence.padding_safe == masked
+    batches = BatchRunner(runner, Metrics(CollectorRegistry()), clock=lambda: 0.0)
+    request = DecodedRequest(None, {"input_ids": np.ones((1, 5), np.int64)}, rows=1, outputs=None, length=5)
+    assert batches.group(request) == ((8, 8) if masked else (5, 5))  # the 8-token bucket, or its own 5 tokens
+
+
+def test_only_graph_constants_without_a_batch_axis_keep_batching(tmp_path: Any) -> None:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from consumer.probe import graph_constants
+
+    table = numpy_helper.from_array(np.array([1, 2], np.int64), "table_value")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Identity", ["table_value"], ["table"]),
+            helper.make_node("Constant", [], ["answer"], value=numpy_helper.from_array(np.array(42, np.int64))),
+            helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])],
+        [
+            helper.make_tensor_value_info("table", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("answer", TensorProto.INT64, []),
+            helper.make_tensor_value_info("total", TensorProto.FLOAT, []),
+        ],
+        [table],
+    )
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    assert graph_constants(path) == {"table", "answer"}
+
+
+@pytest.mark.parametrize(
+    ("error", "fix"),
+    [
+        ("Unsupported model IR version: 14, max supported IR version: 13", "ir_version=10"),
+        ("Opset 28 is under development and support for this is limited", "released opset"),
+        ("Type 'tensor(double)' of input parameter (probabilities) of operator (ZipMap)", "'zipmap': False"),
+        ("Failed to construct locale with name:en_US.UTF-8", "'locale': 'C'"),
+        ("ai.onnx.contrib:StringLower(-1) is not a registered function/op", "custom operators"),
+    ],
+)
+def test_load_errors_converters_cause_get_their_fix(error: str, fix: str) -> None:
+    from consumer.compat import load_fix
+
+    assert fix in (load_fix(error) or "")
+    assert load_fix("something else entirely") is None
