@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from consumer.compat import FIX_OUTPUT_TYPE, blank
+from consumer.compat import FIX_OUTPUT_TYPE, OutputReader, blank
 from consumer.errors import ModelError
 from consumer.schema import ModelSignature, TensorSpec, floating
-
-if TYPE_CHECKING:
-    from consumer.runner import OnnxRunner
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +47,22 @@ RTOL_GPU = 1e-2
 PAD_CHECK_LENGTH, PAD_CHECK_PADDED = 4, 8
 
 Feeds = dict[str, np.ndarray]
+
+
+class Probed(Protocol):
+    """What the probe needs of a runner (:class:`consumer.runner.OnnxRunner`)."""
+
+    signature: ModelSignature
+    reader: OutputReader
+    provider: str
+
+    def execute(self, feeds: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]: ...
+
+    def quiet_runs(self) -> AbstractContextManager[None]: ...
+
+    def quiet_shape_warnings(self) -> None: ...
+
+
 #: Rows for a run: (rows, sequence length) -> input name -> array.
 RowSource = Callable[[int, int], Feeds]
 
@@ -73,11 +87,11 @@ def rows_from(sample: Mapping[str, np.ndarray] | None, inputs: tuple[TensorSpec,
     return repeated
 
 
-def probe(runner: OnnxRunner, rows: RowSource, constants: Callable[[], frozenset[str]]) -> ModelSignature:
+def probe(runner: Probed, rows: RowSource, constants: Callable[[], frozenset[str]]) -> ModelSignature:
     """The runner's signature with what the runs found (batched outputs, ZipMap labels, ``solo``, padding).
 
     Args:
-        runner: the loaded runner; :meth:`OnnxRunner.execute` runs it.
+        runner: the loaded runner (``execute`` runs it).
         rows: placeholder or sample rows (:func:`rows_from`).
         constants: names of the graph outputs that are constants (called only if an output has no batch axis).
 
@@ -171,7 +185,7 @@ def _pattern(spec: TensorSpec, row: int, ranges: Mapping[str, tuple[int, int]]) 
     return flat.reshape(arr.shape).astype(arr.dtype)
 
 
-def _rows_interact(runner: OnnxRunner, sig: ModelSignature) -> bool:
+def _rows_interact(runner: Probed, sig: ModelSignature) -> bool:
     """Whether rows A and B run together answer other than A alone and B alone (False when a run fails: the
     pattern may be invalid input for the model, and nothing is learnt)."""
     a = {s.name: _pattern(s, 0, sig.ranges) for s in sig.inputs}
@@ -190,7 +204,7 @@ def _rows_interact(runner: OnnxRunner, sig: ModelSignature) -> bool:
     return False
 
 
-def _padding_is_safe(runner: OnnxRunner, sig: ModelSignature) -> bool:
+def _padding_is_safe(runner: Probed, sig: ModelSignature) -> bool:
     """Whether a row of :data:`PAD_CHECK_LENGTH` tokens padded to :data:`PAD_CHECK_PADDED` gets its unpadded
     answer (True when a run fails: nothing is learnt)."""
     spec = sig.sequence
