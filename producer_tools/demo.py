@@ -15,18 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from producer_tools.process import ConsumerProcess
 from producer_tools.produce import DEFAULT_HELDOUT, digits_requests, interleave, poison_requests, send_all
 from producer_tools.results import collect, print_report
 from producer_tools.topics import ensure_topics
@@ -36,31 +32,6 @@ DEFAULT_MODEL = ROOT / "models" / "digits" / "artifacts" / "digits.onnx"
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 #: Records answered before the timed run, so its figures show a warm consumer.
 WARMUP_RECORDS = 32
-
-
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Poll ``/readyz`` until 200.
-
-    Raises:
-        RuntimeError: the consumer exited or did not become ready in ``timeout_s`` seconds.
-    """
-    deadline = time.monotonic() + timeout_s
-    url = f"http://127.0.0.1:{port}/readyz"
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"consumer exited with code {proc.returncode} before it was ready")
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
-            if response.status == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"consumer not ready after {timeout_s:.0f} s")
 
 
 async def warm_up(bootstrap: str, topics: dict[str, str], heldout: Path, timeout_s: float) -> None:
@@ -102,23 +73,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             configs={topics["results"]: APPEND_TIME, topics["dlq"]: APPEND_TIME},
         )
     )
-    port = free_port()
     args.log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable, "-m", "consumer",
-        "--bootstrap-servers", args.bootstrap_servers,
-        "--model-path", str(args.model_path),
-        "--group-id", "streaminfer-demo",
-        "--requests-topic", topics["requests"],
-        "--results-topic", topics["results"],
-        "--dead-letter-topic", topics["dlq"],
-        "--http-port", str(port), "--http-host", "127.0.0.1",
-    ]  # fmt: skip
-    with args.log.open("wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603 (our own module)
+    args.log.write_bytes(b"")  # this run's log only
+    consumer = ConsumerProcess(
+        {
+            "bootstrap_servers": args.bootstrap_servers,
+            "model_path": args.model_path,
+            "group_id": "streaminfer-demo",
+            "requests_topic": topics["requests"],
+            "results_topic": topics["results"],
+            "dead_letter_topic": topics["dlq"],
+        },
+        args.log,
+    )
     code = 1
     try:
-        wait_ready(port, proc, timeout_s=90)
+        consumer.start(timeout_s=90)
         asyncio.run(warm_up(args.bootstrap_servers, topics, args.heldout, args.timeout_s))
         records = interleave(list(digits_requests(run_id, args.heldout)), poison_requests(run_id))
         asyncio.run(send_all(args.bootstrap_servers, topics["requests"], records))
@@ -131,15 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"demo: {exc}; consumer log: {args.log}", file=sys.stderr)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.returncode != 0:
-            print(f"demo: consumer exited with code {proc.returncode}; log: {args.log}", file=sys.stderr)
+        exit_code = consumer.terminate()[0] if consumer.proc is not None else None
+        if exit_code != 0:
+            print(f"demo: consumer exited with code {exit_code}; log: {args.log}", file=sys.stderr)
             code = 1
     return code
 

@@ -42,15 +42,11 @@ import asyncio
 import contextlib
 import os
 import random
-import resource
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +61,7 @@ from consumer.oip.client import encode_request
 from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.bombs import bomb_producer, send_whole_batch_bomb
 from producer_tools.poison import catalogue
+from producer_tools.process import ConsumerProcess
 from producer_tools.produce import DEFAULT_HELDOUT, Headers, Outgoing, send_all
 from producer_tools.results import Report, collect
 from producer_tools.topics import ensure_topics
@@ -145,100 +142,6 @@ class LocalBroker:
             self._run("stop")
 
 
-# ------------------------------------------------------------------------------------------------ consumers
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ConsumerProcess:
-    """``python -m consumer`` as a child process, with its log in the work folder."""
-
-    def __init__(self, harness: Harness, topics: dict[str, str], group: str, name: str, *extra: str) -> None:
-        self.data_limit_bytes: int | None = None  # RLIMIT_DATA of the child, when set
-        self.harness = harness
-        self.topics = topics
-        self.group = group
-        self.name = name
-        self.extra = list(extra)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
-        self.starts = 0
-
-    def start(self, wait: bool = True) -> None:
-        self.port = free_port()
-        self.starts += 1
-        log = (self.harness.work / f"{self.group}-{self.name}.log").open("ab")
-        cmd = [
-            sys.executable, "-m", "consumer",
-            "--bootstrap-servers", self.harness.bootstrap,
-            "--model-path", str(MODEL),
-            "--execution-provider", "cpu",
-            "--group-id", self.group,
-            "--requests-topic", self.topics["requests"],
-            "--results-topic", self.topics["results"],
-            "--dead-letter-topic", self.topics["dlq"],
-            "--http-host", "127.0.0.1", "--http-port", str(self.port),
-            "--session-timeout-ms", str(SESSION_TIMEOUT_MS),
-            "--heartbeat-interval-ms", str(HEARTBEAT_MS),
-            "--client-id", f"{self.group}-{self.name}",
-            "--warmup-runs", "1",
-            *self.extra,
-        ]  # fmt: skip
-        limit = self.data_limit_bytes
-        limited = None if limit is None else lambda: resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limited)  # noqa: S603
-        log.close()
-        if wait:
-            self.wait_ready()
-
-    def wait_ready(self, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                raise RuntimeError(f"consumer {self.name} exited early ({self.returncode})")
-            with contextlib.suppress(OSError):
-                url = f"http://127.0.0.1:{self.port}/readyz"
-                with urllib.request.urlopen(url, timeout=1) as response:
-                    if response.status == 200:
-                        return
-            time.sleep(0.1)
-        raise RuntimeError(f"consumer {self.name} not ready after {timeout_s} s")
-
-    @property
-    def returncode(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def terminate(self, timeout_s: float = 40) -> tuple[int, float]:
-        """SIGTERM and wait; returns (exit code, seconds it took)."""
-        assert self.proc is not None
-        started = time.monotonic()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode, time.monotonic() - started
-
-    def rss_bytes(self) -> int:
-        """Resident set size of the process, bytes (0 when not running)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return 0
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
-
-
 # ------------------------------------------------------------------------------------------------ harness
 class Harness:
     """Shared plumbing: topics, records, producing, collecting."""
@@ -261,7 +164,22 @@ class Harness:
         return names
 
     def consumer(self, topics: dict[str, str], group: str, name: str, *extra: str) -> ConsumerProcess:
-        proc = ConsumerProcess(self, topics, group, name, *extra)
+        """A consumer of ``group`` on ``topics`` (not started), its log ``<work>/<group>-<name>.log``; ``extra``: raw
+        flags after the harness's settings."""
+        settings = {
+            "bootstrap_servers": self.bootstrap,
+            "model_path": MODEL,
+            "execution_provider": "cpu",
+            "group_id": group,
+            "requests_topic": topics["requests"],
+            "results_topic": topics["results"],
+            "dead_letter_topic": topics["dlq"],
+            "session_timeout_ms": SESSION_TIMEOUT_MS,
+            "heartbeat_interval_ms": HEARTBEAT_MS,
+            "client_id": f"{group}-{name}",
+            "warmup_runs": 1,
+        }
+        proc = ConsumerProcess(settings, self.work / f"{group}-{name}.log", extra_args=extra)
         self.consumers.append(proc)
         return proc
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 import re
-import resource
-import signal
 import subprocess
 import sys
 import threading
@@ -23,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from consumer.metrics import STAGES
 from consumer.sink import REQUEST_TIMESTAMP_HEADER
-from producer_tools.demo import free_port, wait_ready
+from producer_tools.process import ConsumerProcess, stop_process
 from producer_tools.topics import ensure_topics
 
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
@@ -278,42 +276,32 @@ def start_streaminfer(
     data_limit_bytes: int | None = None,
     **settings: Any,
 ) -> Child:
-    """``python -m consumer`` on ``topics`` with a fresh group and ``settings`` (flag name -> value); ready.
+    """``python -m consumer`` on ``topics`` with a fresh group and ``settings`` (setting name -> value); ready.
 
     Args:
         data_limit_bytes: the child's ``RLIMIT_DATA`` (heap and private mappings), bytes; None: inherited.
+
+    Raises:
+        RuntimeError: it exited or was not ready within 180 s.
     """
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "consumer",
-        "--bootstrap-servers", bootstrap,
-        "--model-path", str(model),
-        "--group-id", f"bench-{uuid.uuid4().hex[:8]}",
-        "--requests-topic", topics["requests"],
-        "--results-topic", topics["results"],
-        "--dead-letter-topic", topics["dlq"],
-        "--http-port", str(port), "--http-host", "127.0.0.1",
-        "--execution-provider", "cpu",
-        "--log-level", "WARNING",
-    ]  # fmt: skip
-    for name, value in settings.items():
-        cmd += [f"--{name.replace('_', '-')}", str(value)]
-    with log.open("ab") as out:
-        proc = subprocess.Popen(  # noqa: S603 (our own module)
-            cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_data_limit(data_limit_bytes)
-        )
-    wait_ready(port, proc, timeout_s=180)
-    return Child(proc, port, log)
-
-
-def _data_limit(limit: int | None) -> Callable[[], None] | None:
-    if limit is None:
-        return None
-
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-
-    return apply
+    consumer = ConsumerProcess(
+        {
+            "bootstrap_servers": bootstrap,
+            "model_path": model,
+            "group_id": f"bench-{uuid.uuid4().hex[:8]}",
+            "requests_topic": topics["requests"],
+            "results_topic": topics["results"],
+            "dead_letter_topic": topics["dlq"],
+            "execution_provider": "cpu",
+            "log_level": "WARNING",
+            **settings,
+        },
+        log,
+        data_limit_bytes=data_limit_bytes,
+    )
+    consumer.start(timeout_s=180)
+    assert consumer.proc is not None
+    return Child(consumer.proc, consumer.port, log)
 
 
 def start_worker(mode: str, bootstrap: str, topics: dict[str, str], model: Path, log: Path, seconds: float) -> Child:
@@ -336,12 +324,6 @@ def start_worker(mode: str, bootstrap: str, topics: dict[str, str], model: Path,
 
 def stop(child: Child) -> None:
     """SIGTERM, then SIGKILL after 40 s; close its pipe."""
-    if child.proc.poll() is None:
-        child.proc.send_signal(signal.SIGTERM)
-        try:
-            child.proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            child.proc.kill()
-            child.proc.wait()
+    stop_process(child.proc)
     if child.proc.stdout is not None:
         child.proc.stdout.close()

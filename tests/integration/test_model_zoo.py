@@ -18,6 +18,7 @@ import pytest
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
 from consumer.schema import BF16, OIP_TO_NUMPY
+from producer_tools.process import consumer_argv
 from producer_tools.produce import Outgoing, send_all
 from tests.integration.conftest import AppFactory, answers
 
@@ -194,7 +195,7 @@ def test_a_model_that_cannot_be_served_is_refused_with_the_fix(name: str, zoo: t
     folder, manifest = zoo
     entry = manifest["refused"][name]
     done = subprocess.run(
-        [sys.executable, "-m", "consumer", "--model-path", str(folder / entry["model"]), "--http-port", "0"],
+        consumer_argv({"model_path": folder / entry["model"], "http_port": 0}),
         capture_output=True,
         text=True,
         timeout=120,

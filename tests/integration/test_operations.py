@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import urllib.error
 import urllib.request
@@ -20,16 +19,11 @@ from consumer.app import StreamInferApp
 from consumer.health import Probes, serve
 from consumer.metrics import Metrics
 from consumer.runner import OnnxRunner
+from producer_tools.process import free_port
 from producer_tools.produce import digits_requests, send_all
 from tests.integration.conftest import answers, settings_for
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> tuple[int, str]:

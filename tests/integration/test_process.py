@@ -1,0 +1,34 @@
+"""The consumer as a child process (producer_tools.process): readiness, early exit, bounded stop."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from producer_tools.process import ConsumerProcess, stop_process
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_consumer_that_exits_before_it_is_ready_says_so_with_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "consumer.log"
+    consumer = ConsumerProcess({"model_path": tmp_path / "missing.onnx"}, log)
+    with pytest.raises(RuntimeError, match=r"exited with code 2 before it was ready; log: .*consumer\.log"):
+        consumer.start(timeout_s=60)
+    assert "model_path" in log.read_text()  # the consumer's own message names the bad setting
+
+
+def test_stop_kills_a_child_that_ignores_sigterm_after_the_grace() -> None:
+    ignores = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", ignores], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"up\n"
+    code, took = stop_process(proc, grace_s=0.5)
+    proc.stdout.close()
+    assert code == -9
+    assert 0.5 <= took < 30
