@@ -127,7 +127,10 @@ class Work:
 
 
 def loggable(correlation_id: bytes) -> str:
-    """A correlation ID for a log line: repr of at most MAX_LOGGED_ID_BYTES bytes."""
+    """A correlation ID for a log line: its text (bytes that are not UTF-8 as backslash escapes, control characters
+    escaped), at most MAX_LOGGED_ID_BYTES bytes of it."""
+    text = correlation_id[:MAX_LOGGED_ID_BYTES].decode("utf-8", "backslashreplace")
+    text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
     if len(correlation_id) <= MAX_LOGGED_ID_BYTES:
-        return repr(correlation_id)
-    return f"{correlation_id[:MAX_LOGGED_ID_BYTES]!r}...({len(correlation_id)} bytes)"
+        return text
+    return f"{text}...({len(correlation_id)} bytes)"

@@ -215,7 +215,9 @@ def decode_request(
     names = {s.name for s in signature.inputs}
     unknown = sorted(set(by_name) - names)
     if unknown:
-        raise ValidationError(R.UNKNOWN_INPUT, f"model has no input {unknown[0]!r}")
+        raise ValidationError(
+            R.UNKNOWN_INPUT, f"model has no input {unknown[0]!r}; its inputs: {[s.name for s in signature.inputs]}"
+        )
     optional = sequence.optional if sequence is not None else {}
     missing = [s.name for s in signature.inputs if s.name not in by_name and s.name not in optional]
     if missing:
@@ -419,7 +421,9 @@ def requested_outputs(raw: object, signature: ModelSignature) -> tuple[str, ...]
     known = set(signature.output_names)
     for name in names:
         if name not in known:
-            raise ValidationError(R.UNKNOWN_OUTPUT, f"model has no output {name!r}")
+            raise ValidationError(
+                R.UNKNOWN_OUTPUT, f"model has no output {name!r}; its outputs: {list(signature.output_names)}"
+            )
     return names
 
 

@@ -198,3 +198,11 @@ def test_data_nested_beyond_numpy_rank_is_shape_mismatch(digits_signature: Model
 @pytest.mark.parametrize("outputs", [[], [{"name": "label"}, {"name": "label"}]])
 def test_empty_or_repeated_outputs_are_invalid(outputs: list[Any], digits_signature: ModelSignature) -> None:
     assert reason_of(request(inp(), outputs=outputs), digits_signature) == R.INVALID_REQUEST
+
+
+def test_unknown_names_list_what_the_model_has(digits_signature: ModelSignature) -> None:
+    with pytest.raises(RecordError, match=r"model has no input 'X'; its inputs: \['input'\]"):
+        decode_request(request(inp(name="X")), digits_signature, LIMITS)
+    outputs = {"outputs": [{"name": "score"}]}
+    with pytest.raises(RecordError, match=r"no output 'score'; its outputs: \['label', 'probabilities'\]"):
+        decode_request(request(inp(), **outputs), digits_signature, LIMITS)

@@ -155,3 +155,13 @@ def test_bulk_histograms_expose_buckets_count_and_sum() -> None:
     assert r.get_sample_value("streaminfer_preprocess_seconds_count") == 500
     assert r.get_sample_value("streaminfer_preprocess_seconds_bucket", {"le": "0.00025"}) == 0
     assert r.get_sample_value("streaminfer_preprocess_seconds_bucket", {"le": "0.0005"}) == 500
+
+
+def test_correlation_ids_are_logged_as_text() -> None:
+    from consumer.work import MAX_LOGGED_ID_BYTES, loggable
+
+    assert loggable(b"demo-1") == "demo-1"
+    assert loggable(b"caf\xc3\xa9-\xff") == "caf\u00e9-\\xff"  # not UTF-8: escaped, not dropped
+    assert loggable(b"a\nforged log line") == "a\\nforged log line"  # no line breaks into the log
+    long = loggable(b"x" * (MAX_LOGGED_ID_BYTES + 5))
+    assert long.endswith(f"...({MAX_LOGGED_ID_BYTES + 5} bytes)")
