@@ -8,8 +8,10 @@ Precedence: CLI flag > environment variable > ``.env``-free default. Every name 
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -286,13 +288,44 @@ class Settings(BaseSettings):
         return self
 
 
-def load_settings(argv: Sequence[str] | None = None) -> Settings:
+#: ``STREAMINFER_*`` variables that are not settings and are not mistakes: the tools' cache folder, and the
+#: service links Kubernetes injects for a Service named ``streaminfer-...`` (``STREAMINFER_METRICS_SERVICE_HOST``,
+#: ``STREAMINFER_METRICS_PORT_9000_TCP_ADDR``, ...).
+NOT_SETTINGS = re.compile(
+    ENV_PREFIX
+    + r"(CACHE|[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?))"
+)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One message per ``STREAMINFER_*`` variable that names no setting (a typo in a ConfigMap would otherwise
+    start the consumer silently with the default), with the closest real variable when there is one."""
+    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    problems = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known or NOT_SETTINGS.fullmatch(upper):
+            continue
+        close = difflib.get_close_matches(upper, sorted(known), n=1, cutoff=0.8)
+        hint = f" (did you mean {close[0]}?)" if close else f" (settings: {ENV_PREFIX}<NAME>, see README Settings)"
+        problems.append(f"environment variable {variable} is not a setting{hint}")
+    return problems
+
+
+def load_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Read settings from ``argv`` flags (kebab-case, e.g. ``--max-batch-size 32``) and the environment.
 
+    Args:
+        environ: checked for ``STREAMINFER_*`` variables that name no setting; default ``os.environ``.
+
     Raises:
-        ConfigError: a value is invalid; the message names every bad setting.
+        ConfigError: a value is invalid, or a ``STREAMINFER_*`` variable names no setting; the message names
+            every bad setting or variable.
         SystemExit: an unknown flag or ``--help`` (argparse's own handling).
     """
+    problems = unknown_variables(os.environ if environ is None else environ)
+    if problems:
+        raise ConfigError("; ".join(problems))
     try:
         return CliApp.run(Settings, cli_args=list(argv) if argv is not None else [])
     except ValidationError as exc:

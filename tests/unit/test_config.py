@@ -69,3 +69,28 @@ def test_settings_are_frozen(model: Path) -> None:
 def test_main_exits_2_with_the_setting_named(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--model-path", str(model), "--max-batch-size", "0"]) == EXIT_CONFIG
     assert "max_batch_size" in capsys.readouterr().err
+
+
+def test_a_misspelt_environment_variable_stops_start_up_naming_the_setting(
+    model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("STREAMINFER_MAX_BATCH_SIZ", "8")
+    assert main(["--model-path", str(model)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "STREAMINFER_MAX_BATCH_SIZ is not a setting (did you mean STREAMINFER_MAX_BATCH_SIZE?)" in err
+
+
+def test_kubernetes_service_links_and_the_tools_cache_are_not_mistakes(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in (
+        "STREAMINFER_CACHE",
+        "STREAMINFER_METRICS_SERVICE_HOST",
+        "STREAMINFER_METRICS_SERVICE_PORT",
+        "STREAMINFER_METRICS_SERVICE_PORT_METRICS",
+        "STREAMINFER_METRICS_PORT",
+        "STREAMINFER_METRICS_PORT_9000_TCP",
+        "STREAMINFER_METRICS_PORT_9000_TCP_ADDR",
+    ):
+        monkeypatch.setenv(name, "1")
+    assert load_settings(["--model-path", str(model)]).max_batch_size == 64
