@@ -8,15 +8,16 @@ Precedence: CLI flag > environment variable > ``.env``-free default. Every name 
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, CliApp, SettingsConfigDict
+from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict
 
 from consumer.errors import ConfigError
 
@@ -38,6 +39,8 @@ class Settings(BaseSettings):
         cli_kebab_case=True,
         cli_prog_name="streaminfer-consumer",
         cli_implicit_flags=True,
+        cli_hide_none_type=True,
+        cli_show_env_vars=True,
         validate_default=True,
     )
 
@@ -297,6 +300,17 @@ NOT_SETTINGS = re.compile(
 )
 
 
+#: The end of ``--help``: where settings come from and what the exit codes mean (``consumer.__main__``).
+HELP_EPILOG = f"""\
+Every flag is also an environment variable, {ENV_PREFIX}<FLAG> in upper case with underscores
+(--max-batch-size -> {ENV_PREFIX}MAX_BATCH_SIZE); a flag wins over the environment. An unknown
+{ENV_PREFIX}* variable stops start-up. The README's Settings table lists them all with their defaults.
+
+Exit codes: 0 clean stop (SIGTERM, SIGINT); 1 a background task failed (restart it); 2 bad settings;
+3 the model cannot be served; 4 the Kafka cluster cannot be reached or refuses us at start-up.
+"""
+
+
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """One message per ``STREAMINFER_*`` variable that names no setting (a typo in a ConfigMap would otherwise
     start the consumer silently with the default), with the closest real variable when there is one."""
@@ -326,11 +340,28 @@ def load_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] 
     problems = unknown_variables(os.environ if environ is None else environ)
     if problems:
         raise ConfigError("; ".join(problems))
+    parser = argparse.ArgumentParser(
+        prog="streaminfer-consumer",
+        description="Serve an ONNX model over Kafka: requests topic in, results and dead letters out.",
+        epilog=HELP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source: CliSettingsSource[Settings] = CliSettingsSource(
+        Settings, root_parser=parser, parse_args_method=argparse.ArgumentParser.parse_args
+    )
     try:
-        return CliApp.run(Settings, cli_args=list(argv) if argv is not None else [])
+        return CliApp.run(Settings, cli_args=list(argv) if argv is not None else [], cli_settings_source=source)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "settings"
-            problems.append(f"{where}: {err['msg']}")
-        raise ConfigError("invalid settings: " + "; ".join(problems)) from None
+        raise ConfigError("invalid settings: " + "; ".join(_problem(err) for err in exc.errors())) from None
+
+
+def _problem(err: Mapping[str, Any]) -> str:
+    """One validation error, naming the setting as flag and variable: ``max_batch_size (--max-batch-size,
+    STREAMINFER_MAX_BATCH_SIZE): Input should be ...``. A cross-field check names its setting first in its message."""
+    message = str(err["msg"]).removeprefix("Value error, ")
+    loc = err["loc"]
+    name = str(loc[0]) if loc else message.split(" ", 1)[0]
+    if name not in Settings.model_fields:
+        return f"settings: {message}"
+    where = f"{name} (--{name.replace('_', '-')}, {ENV_PREFIX}{name.upper()})"
+    return f"{where}: {message}"

@@ -94,3 +94,20 @@ def test_kubernetes_service_links_and_the_tools_cache_are_not_mistakes(
     ):
         monkeypatch.setenv(name, "1")
     assert load_settings(["--model-path", str(model)]).max_batch_size == 64
+
+
+def test_a_bad_value_is_named_as_flag_and_variable(model: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"max_batch_size \(--max-batch-size, STREAMINFER_MAX_BATCH_SIZE\): Input"):
+        load_settings(["--model-path", str(model), "--max-batch-size", "0"])
+    with pytest.raises(ConfigError, match=r"model_path \(--model-path, STREAMINFER_MODEL_PATH\): model_path '.*absent"):
+        load_settings(["--model-path", str(tmp_path / "absent.onnx")])
+
+
+def test_help_tells_the_environment_prefix_and_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        load_settings(["--help"])
+    text = capsys.readouterr().out
+    assert "[env: STREAMINFER_MAX_BATCH_SIZE]" in text
+    assert "Exit codes: 0 clean stop" in text
+    assert "3 the model cannot be served" in text
+    assert "{str,null}" not in text
