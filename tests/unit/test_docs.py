@@ -29,3 +29,19 @@ def test_readme_opens_with_the_two_commands() -> None:
     head = README[: README.index("## The record contract")]
     assert "make demo" in head
     assert "make test" in head
+
+
+def test_make_help_lists_every_documented_target_with_variables_expanded() -> None:
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    root = Path(__file__).resolve().parents[2]
+    documented = re.findall(r"^([a-zA-Z0-9_-]+):.*## ", (root / "Makefile").read_text(), flags=re.M)
+    shown = subprocess.run(["make", "-s", "help"], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert "k8s" in documented
+    for target in documented:
+        assert f"make {target} " in shown, target
+    assert "$(" not in shown
