@@ -87,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.log,
     )
     code = 1
+    print(f"demo: consumer log: {args.log}", file=sys.stderr)
     try:
         consumer.start(timeout_s=90)
         asyncio.run(warm_up(args.bootstrap_servers, topics, args.heldout, args.timeout_s))

@@ -154,7 +154,9 @@ async def send_all(
     try:
         futures = []
         started = time.monotonic()
-        with tqdm(total=len(records), desc=f"produce -> {topic}", unit="rec", disable=not progress) as bar:
+        with tqdm(
+            total=len(records), desc=f"produce -> {topic}", unit="rec", disable=None if progress else True
+        ) as bar:  # None: only on a TTY
             for i, rec in enumerate(records):
                 if rate:
                     delay = started + i / rate - time.monotonic()

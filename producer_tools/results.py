@@ -150,7 +150,9 @@ async def collect(
         # No group: every partition of both topics is read from the earliest offset, nothing is committed.
         consumer.subscribe([results_topic, dead_letter_topic])
         deadline = time.monotonic() + timeout_s
-        with tqdm(total=len(expected), desc="answers", unit="rec", disable=not progress) as bar:
+        with tqdm(
+            total=len(expected), desc="answers", unit="rec", disable=None if progress else True
+        ) as bar:  # None: only on a TTY
             settle_until: float | None = None
             while time.monotonic() < deadline:
                 if len(first) == len(expected):

@@ -500,7 +500,9 @@ class Bench:
         steps = (0 if self.args.skip_digits else 8 + len(self.sweep) + len(LOADS) + self.args.rounds - 1) + (
             0 if self.args.skip_minilm else 1 + self.args.rounds
         )
-        with tqdm(total=steps, desc="bench", unit="step", disable=self.args.no_progress) as bar:
+        with tqdm(
+            total=steps, desc="bench", unit="step", disable=True if self.args.no_progress else None
+        ) as bar:  # None: only on a TTY
             self.bar = bar
             minilm = None if self.args.skip_minilm else await self.minilm_backlog()
             if not self.args.skip_digits:
