@@ -3,12 +3,14 @@
 Sources:
 - ``digits``: the held-out split written by ``models/digits/build.py`` (one 1x64 FP32 row per record, labels known);
 - ``FILE.jsonl``: one OIP inference request object per line (its ``id``, if any, is kept);
-- ``FILE.npy``: an array ``[n, ...]``; each row becomes a one-row request for ``--input-name``.
+- ``FILE.npy``: an array ``[n, ...]``; each row becomes a one-row request for ``--input-name`` (default: the only
+  input of ``--model-path``).
 ``--poison`` adds every kind of :mod:`producer_tools.poison` (for the digits model), interleaved.
 
 Each record gets a correlation ID ``<run-id>-<n>`` (header ``correlation_id``, the request ``id`` unless the
-JSONL line has one, and the record key). ``--manifest`` writes one JSON line per record:
-``{"correlation_id", "label"?, "expected_reason"?}``, which ``streaminfer-results`` matches against.
+JSONL line has one, and the record key). ``--manifest`` writes one JSON line per record as the broker acknowledges
+it: ``{"correlation_id", "label"?, "expected_reason"?}``, which ``streaminfer-results`` matches against; a run that
+fails midway leaves exactly the records that reached the topic.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 import orjson
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
 from consumer.oip.client import encode_request
@@ -137,12 +140,15 @@ async def send_all(
     progress: bool = True,
     headers: Callable[[Outgoing], Headers] | None = None,
     linger_ms: int = 5,
+    on_acked: Callable[[Outgoing], None] | None = None,
 ) -> None:
     """Send ``records`` (key = the correlation ID; headers ``correlation_id`` = the ID unless ``headers`` gives
     them), paced at ``rate`` records/s if given, and wait until the broker acknowledged every one.
 
     Args:
         linger_ms: the producer's linger, ms (0 for latency measurements of single records).
+        on_acked: called with each record once the broker acknowledged it (in acknowledgement order), so a run
+            that fails midway still knows exactly what reached the topic.
 
     Raises:
         aiokafka.errors.KafkaError: a send failed.
@@ -150,7 +156,11 @@ async def send_all(
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers, client_id="streaminfer-produce", acks="all", linger_ms=linger_ms
     )
-    await producer.start()
+    try:
+        await producer.start()
+    except BaseException:
+        await producer.stop()  # close what the constructor and the failed start opened (no "Unclosed" warning)
+        raise
     try:
         futures = []
         started = time.monotonic()
@@ -164,7 +174,12 @@ async def send_all(
                         await asyncio.sleep(delay)
                 cid = rec.correlation_id.encode()
                 hdrs = headers(rec) if headers else [(CORRELATION_HEADER, cid), *rec.headers]
-                futures.append(await producer.send(topic, value=rec.value, key=cid, headers=hdrs))
+                future = await producer.send(topic, value=rec.value, key=cid, headers=hdrs)
+                if on_acked is not None:
+                    future.add_done_callback(
+                        lambda f, rec=rec: on_acked(rec) if not f.cancelled() and f.exception() is None else None
+                    )
+                futures.append(future)
                 bar.update(1)
             await asyncio.gather(*futures)
     finally:
@@ -179,10 +194,33 @@ def build_records(args: argparse.Namespace) -> list[Outgoing]:
     elif source.endswith(".jsonl"):
         good = list(jsonl_requests(args.run_id, Path(source), args.limit))
     elif source.endswith(".npy"):
-        good = list(npy_requests(args.run_id, Path(source), args.input_name, args.limit))
+        good = list(npy_requests(args.run_id, Path(source), input_name(args), args.limit))
     else:
         raise SystemExit(f"streaminfer-produce: --source must be 'digits', a .jsonl or a .npy file, got {source!r}")
     return interleave(good, poison_requests(args.run_id) if args.poison else [])
+
+
+def input_name(args: argparse.Namespace) -> str:
+    """The input ``.npy`` rows go to: ``--input-name``, else the only input of ``--model-path``, else ``input``.
+
+    Raises:
+        SystemExit: the model cannot be read, or has several inputs and ``--input-name`` is not given.
+    """
+    if args.input_name:
+        return str(args.input_name)
+    if args.model_path is None:
+        return "input"
+    import onnxruntime as ort
+
+    try:
+        names = [
+            i.name for i in ort.InferenceSession(str(args.model_path), providers=["CPUExecutionProvider"]).get_inputs()
+        ]
+    except Exception as exc:  # noqa: BLE001 (onnxruntime raises its own classes)
+        raise SystemExit(f"streaminfer-produce: --model-path {args.model_path}: {exc}") from None
+    if len(names) != 1:
+        raise SystemExit(f"streaminfer-produce: the model has inputs {names}: say which with --input-name")
+    return str(names[0])
 
 
 def parser() -> argparse.ArgumentParser:
@@ -192,26 +230,61 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", default="requests", help="requests topic")
     p.add_argument("--source", default="digits", help="'digits', FILE.jsonl or FILE.npy")
     p.add_argument("--heldout", type=Path, default=DEFAULT_HELDOUT, help="digits held-out split (.npz)")
-    p.add_argument("--input-name", default="input", help="model input name for .npy rows")
+    p.add_argument(
+        "--input-name",
+        default=None,
+        help="model input for .npy rows (default: --model-path's only input, else 'input')",
+    )
+    p.add_argument("--model-path", type=Path, default=None, help="the served model: its input name for .npy rows")
     p.add_argument("--limit", type=int, default=None, help="send at most this many valid records")
     p.add_argument("--poison", action="store_true", help="interleave every poison kind")
     p.add_argument("--rate", type=float, default=None, help="records per second (default: as fast as possible)")
     p.add_argument("--run-id", default=None, help="correlation ID prefix (default: random)")
-    p.add_argument("--manifest", type=Path, default=None, help="write the sent correlation IDs here (JSONL)")
+    p.add_argument(
+        "--manifest",
+        type=Path,
+        default=None,
+        help="write each acknowledged record's correlation ID here, as it goes (JSONL)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``streaminfer-produce``."""
+    """Entry point of ``streaminfer-produce``. Exit codes: 0 every record acknowledged; 1 the broker could not be
+    reached or a send failed (the manifest lists what was acknowledged); 2 bad arguments or an unreadable source."""
     args = parser().parse_args(argv)
     if args.rate is not None and args.rate <= 0:
         parser().error("--rate must be > 0")
     args.run_id = args.run_id or uuid.uuid4().hex[:8]
-    records = build_records(args)
-    asyncio.run(send_all(args.bootstrap_servers, args.topic, records, args.rate, not args.no_progress))
-    if args.manifest:
-        args.manifest.write_bytes(b"".join(orjson.dumps(r.manifest()) + b"\n" for r in records))
+    try:
+        records = build_records(args)
+    except (OSError, ValueError) as exc:  # a missing or malformed source file
+        print(f"streaminfer-produce: --source {args.source}: {exc}", file=sys.stderr)
+        return 2
+    acked = 0
+    manifest = args.manifest.open("wb") if args.manifest else None
+
+    def record(rec: Outgoing) -> None:
+        nonlocal acked
+        acked += 1
+        if manifest is not None:
+            manifest.write(orjson.dumps(rec.manifest()) + b"\n")
+
+    try:
+        asyncio.run(
+            send_all(args.bootstrap_servers, args.topic, records, args.rate, not args.no_progress, on_acked=record)
+        )
+    except KafkaError as exc:
+        print(
+            f"streaminfer-produce: {type(exc).__name__}: {exc} (bootstrap_servers={args.bootstrap_servers}); "
+            f"{acked} of {len(records)} records acknowledged" + (f", listed in {args.manifest}" if manifest else ""),
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        if manifest is not None:
+            manifest.close()
     print(f"produce: sent={len(records)} topic={args.topic} run_id={args.run_id}", file=sys.stderr)
     return 0
 
