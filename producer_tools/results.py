@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
 from consumer.oip.client import decode_response
@@ -143,7 +144,11 @@ async def collect(
         client_id="streaminfer-results",
         isolation_level=isolation_level,
     )
-    await consumer.start()
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()  # close what the failed start opened (no "Unclosed" warning)
+        raise
     first: dict[str, Answer] = {}
     duplicates = 0
     try:
@@ -225,7 +230,8 @@ def print_report(report: Report, prefix: str = "results") -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``streaminfer-results``. Exit 1 when an ID is missing."""
+    """Entry point of ``streaminfer-results``. Exit codes: 0 every ID answered; 1 an ID is missing or the broker
+    cannot be reached; 2 the manifest cannot be read."""
     p = argparse.ArgumentParser(prog="streaminfer-results", description=__doc__.split("\n\n")[0])
     p.add_argument("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers")
     p.add_argument("--results-topic", default="results")
@@ -240,19 +246,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    expected = read_manifest(args.manifest)
-    report = asyncio.run(
-        collect(
-            args.bootstrap_servers,
-            args.results_topic,
-            args.dead_letter_topic,
-            expected,
-            args.timeout_s,
-            not args.no_progress,
-            isolation_level=args.isolation_level,
-            settle_s=2.0,
+    try:
+        expected = read_manifest(args.manifest)
+    except (OSError, ValueError) as exc:  # missing, unreadable or not JSON lines
+        print(f"streaminfer-results: --manifest {args.manifest}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = asyncio.run(
+            collect(
+                args.bootstrap_servers,
+                args.results_topic,
+                args.dead_letter_topic,
+                expected,
+                args.timeout_s,
+                not args.no_progress,
+                isolation_level=args.isolation_level,
+                settle_s=2.0,
+            )
         )
-    )
+    except KafkaError as exc:
+        print(
+            f"streaminfer-results: {type(exc).__name__}: {exc} (bootstrap_servers={args.bootstrap_servers})",
+            file=sys.stderr,
+        )
+        return 1
     print_report(report)
     return 1 if report.missing else 0
 

@@ -1,5 +1,5 @@
-"""streaminfer-produce fails cleanly: one-line errors, exit codes, and a manifest written as records are
-acknowledged, so a failed run still says exactly what reached the topic."""
+"""streaminfer-produce and streaminfer-results fail cleanly: one-line errors, exit codes, and a manifest written as
+records are acknowledged, so a failed run still says exactly what reached the topic."""
 
 from __future__ import annotations
 
@@ -55,3 +55,19 @@ def test_the_manifest_lists_every_acknowledged_record_and_the_input_comes_from_t
     lines = [orjson.loads(line) for line in manifest.read_bytes().splitlines()]
     assert len(lines) == 5
     assert len({line["correlation_id"] for line in lines}) == 5
+
+
+def test_results_with_a_missing_manifest_or_no_broker_fail_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from producer_tools.results import main as results_main
+
+    assert results_main(["--manifest", str(tmp_path / "missing.jsonl"), "--no-progress"]) == 2
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"correlation_id": "x"}\n')
+    argv = ["--manifest", str(manifest), "--bootstrap-servers", f"127.0.0.1:{free_port()}", "--no-progress"]
+    assert results_main(argv) == 1
+    err = capsys.readouterr().err
+    assert "streaminfer-results: --manifest " in err
+    assert "streaminfer-results: KafkaConnectionError" in err
+    assert "Traceback" not in err
