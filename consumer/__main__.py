@@ -92,6 +92,9 @@ async def serve_until_signal(app: StreamInferApp, probes: Probes) -> int:
     except KafkaError as exc:
         log.error("cannot start on bootstrap_servers=%s: %r", app.settings.bootstrap_servers, exc)
         return EXIT_KAFKA
+    except ConfigError as exc:  # the requests topic is missing
+        log.error("%s", exc)
+        return EXIT_CONFIG
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,6 +52,12 @@ class Settings(BaseSettings):
         description="Static group membership id (KIP-345): a restarted member with the same id gets its partitions "
         "back without a rebalance. Unique per replica (e.g. the StatefulSet pod name).",
     )
+    allow_auto_create_topics: bool = Field(
+        False,
+        description="Start even when the requests topic does not exist (the subscription lets the broker create it "
+        "where auto.create.topics.enable is on); false: a missing requests topic stops start-up (exit 2), so a typo "
+        "is not served silently.",
+    )
     requests_topic: str = Field("requests", min_length=1, description="Topic of inference requests.")
     results_topic: str = Field("results", min_length=1, description="Topic the responses are written to.")
     dead_letter_topic: str = Field("requests.dlq", min_length=1, description="Dead-letter topic for poison records.")

@@ -92,6 +92,10 @@ class ConfigError(StreamInferError):
     """A setting or flag is invalid. The message starts with the setting's name."""
 
 
+class TopicMissingError(ConfigError):
+    """The requests topic does not exist on the cluster (and ``allow_auto_create_topics`` is off)."""
+
+
 class ModelError(StreamInferError):
     """The model cannot be loaded or served as configured (file, schema, execution provider)."""
 

@@ -87,13 +87,16 @@ def rows_from(sample: Mapping[str, np.ndarray] | None, inputs: tuple[TensorSpec,
     return repeated
 
 
-def probe(runner: Probed, rows: RowSource, constants: Callable[[], frozenset[str]]) -> ModelSignature:
+def probe(
+    runner: Probed, rows: RowSource, constants: Callable[[], frozenset[str]], sampled: bool = False
+) -> ModelSignature:
     """The runner's signature with what the runs found (batched outputs, ZipMap labels, ``solo``, padding).
 
     Args:
         runner: the loaded runner (``execute`` runs it).
         rows: placeholder or sample rows (:func:`rows_from`).
         constants: names of the graph outputs that are constants (called only if an output has no batch axis).
+        sampled: ``rows`` are the ``warmup_request``'s (the error then says so instead of suggesting one).
 
     Raises:
         ModelError: the model fails on the probe rows at one row, or an output cannot be encoded (the fix named).
@@ -106,8 +109,10 @@ def probe(runner: Probed, rows: RowSource, constants: Callable[[], frozenset[str
             seen[n] = runner.execute(rows(n, 1), n)
         except Exception as exc:
             if not seen:
+                what = "the warmup_request rows" if sampled else "its probe input"
+                fix = "check the request against the model's inputs" if sampled else fix_for_zeros()
                 raise ModelError(
-                    f"the model fails on its probe input at {n} row(s): {type(exc).__name__}: {exc}; {fix_for_zeros()}"
+                    f"the model fails on {what} at {n} row(s): {type(exc).__name__}: {exc}; {fix}"
                 ) from exc
             break  # fails above one row: warmup says so, bisection answers record by record
     outputs = []

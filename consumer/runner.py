@@ -297,6 +297,7 @@ class OnnxRunner:
             self,
             rows_from(sample, self.signature.inputs),
             (lambda: graph_constants(path)) if path is not None else frozenset,
+            sampled=sample is not None,
         )
 
     @contextlib.contextmanager

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from typing import Any
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 
 from consumer.clients import ConsumerClient
+from consumer.errors import TopicMissingError
 from consumer.health import Progress
 from consumer.metrics import Metrics
 from consumer.offsets import OffsetTracker
@@ -37,6 +39,10 @@ Fetched = dict[TopicPartition, list[Any]]
 RebalanceHandler = Callable[[set[TopicPartition]], Awaitable[None]]
 
 
+#: How long start-up waits for the requests topic to show in the cluster's metadata, and how often it asks, s.
+TOPIC_WAIT_S, TOPIC_POLL_S = 5.0, 0.25
+
+
 class Source:
     """The requests topic's consumer, as the delivery modes use it.
 
@@ -49,6 +55,8 @@ class Source:
             committed transactions: a window can fail and be fetched again and again).
         fetch_timeout_ms: longest wait of one fetch call, ms.
         clock: monotonic seconds.
+        auto_create: start even when the topic does not exist (``allow_auto_create_topics``).
+        sleep: ``asyncio.sleep`` or a test's fake (the wait for the topic).
     """
 
     def __init__(
@@ -62,9 +70,13 @@ class Source:
         fetch_timeout_ms: int,
         fetch_is_progress: bool = True,
         clock: Callable[[], float],
+        auto_create: bool = False,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.consumer = consumer
         self._topic = topic
+        self._auto_create = auto_create
+        self._sleep = sleep
         self._tracker = tracker
         self._metrics = metrics
         self._progress = progress
@@ -79,13 +91,32 @@ class Source:
 
         Raises:
             aiokafka.errors.KafkaError: the broker cannot be reached.
+            TopicMissingError: the requests topic does not exist and ``allow_auto_create_topics`` is off.
         """
-        self.consumer.subscribe([self._topic], listener=_Rebalance(on_revoked, on_assigned))
         try:
             await self.consumer.start()
+            if not self._auto_create:  # before subscribing: a subscription's metadata request creates the topic
+                await self._require_topic()
+            self.consumer.subscribe([self._topic], listener=_Rebalance(on_revoked, on_assigned))
         except BaseException:
             await self.consumer.stop()
             raise
+
+    async def _require_topic(self) -> None:
+        """Wait up to :data:`TOPIC_WAIT_S` for the requests topic to appear in the cluster's metadata (a topic
+        created just before reaches every broker's metadata a moment later).
+
+        Raises:
+            TopicMissingError: it did not.
+        """
+        deadline = self._clock() + TOPIC_WAIT_S
+        while self._topic not in await self.consumer.topics():
+            if self._clock() >= deadline:
+                raise TopicMissingError(
+                    f"requests_topic {self._topic!r} does not exist on the cluster: create it (or fix the name), or "
+                    "set allow_auto_create_topics=true to start anyway"
+                )
+            await self._sleep(TOPIC_POLL_S)
 
     async def stop(self) -> None:
         """Leave the group."""

@@ -155,6 +155,8 @@ def build_stages(
         fetch_timeout_ms=s.fetch_timeout_ms,
         fetch_is_progress=s.delivery == "at_least_once",
         clock=clock,
+        auto_create=s.allow_auto_create_topics,
+        sleep=sleep,
     )
     intake = Intake(
         runner.signature, Limits(s.max_record_bytes, s.max_record_rows, s.max_record_tokens), text, metrics, clock

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,17 @@ def test_stop_kills_a_child_that_ignores_sigterm_after_the_grace() -> None:
     proc.stdout.close()
     assert code == -9
     assert 0.5 <= took < 30
+
+
+def test_a_consumer_on_a_missing_requests_topic_exits_2_naming_it(kafka_bootstrap: str, tmp_path: Path) -> None:
+    model = Path(__file__).resolve().parents[2] / "models" / "digits" / "artifacts" / "digits.onnx"
+    if not model.is_file():
+        pytest.skip("make model first")
+    log = tmp_path / "consumer.log"
+    missing = f"it-missing-{uuid.uuid4().hex[:8]}"  # never created: the consumer must not create it either
+    consumer = ConsumerProcess(
+        {"bootstrap_servers": kafka_bootstrap, "model_path": model, "requests_topic": missing, "warmup_runs": 1}, log
+    )
+    with pytest.raises(RuntimeError, match="exited with code 2"):
+        consumer.start(timeout_s=120)
+    assert f"requests_topic {missing!r} does not exist" in log.read_text()

@@ -233,6 +233,8 @@ class FakeConsumer:
         self.fetches = 0
         self._changed = asyncio.Event()
         self.started = False
+        #: The topics the cluster has (``topics()``); the requests topic unless a test removes it.
+        self.existing: set[str] = {"requests"}
 
     # -- test controls
     def add(self, tp: TopicPartition, values: list[bytes], keys: list[bytes] | None = None) -> None:
@@ -322,6 +324,9 @@ class FakeConsumer:
 
     async def position(self, partition: TopicPartition) -> int:
         return self.positions.get(partition, 0)
+
+    async def topics(self) -> set[str]:
+        return set(self.existing)
 
     def highwater(self, partition: TopicPartition) -> int | None:
         return len(self.records[partition])

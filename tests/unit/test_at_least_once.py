@@ -298,3 +298,33 @@ async def test_a_fetch_that_left_records_behind_does_not_release_the_batcher(
     assert source.caught_up({tp: [type("R", (), {"offset": 2})()]}, asked=5)
     await h.until(lambda: len(h.results()) == 3)  # fetched 2, then the last 1 (caught up): all released
     await h.stop()
+
+
+async def test_a_requests_topic_that_does_not_exist_stops_start_up(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    from consumer.errors import TopicMissingError
+
+    h = Harness(tmp_path, digits_signature, clock)
+    h.consumer.existing = set()
+    start = asyncio.ensure_future(h.app.start())
+    await h.idle()
+    assert not start.done()  # a topic made a moment ago may not be in the metadata yet: it waits a little
+    clock.advance_ms(2_000)
+    await h.idle()
+    h.consumer.existing = {"requests"}  # created meanwhile: start-up goes on
+    clock.advance_ms(250)
+    await h.until(start.done)
+    await h.stop()
+    late = Harness(tmp_path, digits_signature, clock)
+    late.consumer.existing = set()
+    start = asyncio.ensure_future(late.app.start())
+    for _ in range(30):  # 7.5 s of fake time, past the 5 s wait
+        clock.advance_ms(250)
+        await late.idle(20)
+    with pytest.raises(TopicMissingError, match="requests_topic 'requests' does not exist"):
+        await start
+    allowed = Harness(tmp_path, digits_signature, clock, allow_auto_create_topics=True)
+    allowed.consumer.existing = set()
+    await allowed.start()  # asked for: starts and waits for the topic
+    await allowed.stop()

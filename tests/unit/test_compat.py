@@ -389,3 +389,14 @@ def test_load_errors_converters_cause_get_their_fix(error: str, fix: str) -> Non
 
     assert fix in (load_fix(error) or "")
     assert load_fix("something else entirely") is None
+
+
+def test_a_warmup_request_the_model_fails_on_is_named_as_such() -> None:
+    class Broken:
+        def run(self, output_names: list[str] | None, input_feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+            raise RuntimeError("[ONNXRuntimeError] : 6 : Unknown Category")
+
+    runner = OnnxRunner(Broken(), static_signature(None))
+    with pytest.raises(ModelError, match="fails on the warmup_request rows at 1 row.*check the request") as info:
+        runner.probe(sample={"x": np.ones((1, 2), F32)})
+    assert "--warmup-request" not in str(info.value)
