@@ -302,7 +302,7 @@ class Settings(BaseSettings):
 #: ``STREAMINFER_METRICS_PORT_9000_TCP_ADDR``, ...).
 NOT_SETTINGS = re.compile(
     ENV_PREFIX
-    + r"(CACHE|[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?))"
+    + r"(CACHE|([A-Z0-9_]+_)?(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?))"
 )
 
 

@@ -91,6 +91,8 @@ def test_kubernetes_service_links_and_the_tools_cache_are_not_mistakes(
         "STREAMINFER_METRICS_PORT",
         "STREAMINFER_METRICS_PORT_9000_TCP",
         "STREAMINFER_METRICS_PORT_9000_TCP_ADDR",
+        "STREAMINFER_SERVICE_HOST",  # a Service named just "streaminfer"
+        "STREAMINFER_PORT_9400_TCP_PROTO",
     ):
         monkeypatch.setenv(name, "1")
     assert load_settings(["--model-path", str(model)]).max_batch_size == 64
