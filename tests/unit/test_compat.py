@@ -397,6 +397,6 @@ def test_a_warmup_request_the_model_fails_on_is_named_as_such() -> None:
             raise RuntimeError("[ONNXRuntimeError] : 6 : Unknown Category")
 
     runner = OnnxRunner(Broken(), static_signature(None))
-    with pytest.raises(ModelError, match="fails on the warmup_request rows at 1 row.*check the request") as info:
+    with pytest.raises(ModelError, match=r"fails on the warmup_request rows at 1 row.*check the request") as info:
         runner.probe(sample={"x": np.ones((1, 2), F32)})
     assert "--warmup-request" not in str(info.value)
