@@ -44,6 +44,10 @@ def test_a_consumer_on_a_missing_requests_topic_exits_2_naming_it(kafka_bootstra
     consumer = ConsumerProcess(
         {"bootstrap_servers": kafka_bootstrap, "model_path": model, "requests_topic": missing, "warmup_runs": 1}, log
     )
-    with pytest.raises(RuntimeError, match="exited with code 2"):
-        consumer.start(timeout_s=120)
+    try:
+        with pytest.raises(RuntimeError, match="exited with code 2"):
+            consumer.start(timeout_s=120)
+    finally:
+        if consumer.proc is not None:
+            consumer.terminate(grace_s=10)  # never leave a consumer behind, whatever the outcome
     assert f"requests_topic {missing!r} does not exist" in log.read_text()
