@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,8 +26,6 @@ STOP_GRACE_S = 40.0
 
 def free_port() -> int:
     """An unused TCP port on 127.0.0.1 (the kernel's choice; free when this returns)."""
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

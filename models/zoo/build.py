@@ -130,29 +130,30 @@ def gbr(out: Path) -> dict[str, Any]:
     return {"model": _save(onx, out / "gbr.onnx"), "requests": _requests("input", x[::31])}
 
 
-def onehot_strings(out: Path) -> dict[str, Any]:
+def _onehot(handle_unknown: str) -> tuple[onnx.ModelProto, np.ndarray]:
+    """Pipeline(OneHotEncoder(handle_unknown), LogisticRegression) on iris' petal length as a string category
+    (short / medium / long), converted with ``zipmap=False``; and its string rows ``[150, 1]``."""
     x, _, names = _iris()
     petal = np.array(["short", "medium", "long"], dtype=object)[np.digitize(x[:, 2], [2.5, 5.0])].reshape(-1, 1)
-    model = make_pipeline(OneHotEncoder(handle_unknown="ignore"), LogisticRegression(max_iter=1000)).fit(petal, names)
+    encoder = OneHotEncoder(handle_unknown=handle_unknown)
+    model = make_pipeline(encoder, LogisticRegression(max_iter=1000)).fit(petal, names)
     onx = convert_sklearn(
         model,
         initial_types=[("petal", StringTensorType([None, 1]))],
         options={id(model.steps[-1][1]): {"zipmap": False}},
     )
+    return onx, petal
+
+
+def onehot_strings(out: Path) -> dict[str, Any]:
+    onx, petal = _onehot("ignore")
     return {"model": _save(onx, out / "onehot_strings.onnx"), "requests": _requests("petal", petal[::9])}
 
 
 def onehot_strict(out: Path) -> dict[str, Any]:
     """Pipeline(OneHotEncoder(handle_unknown='error'), LogisticRegression): the empty strings of the probe are an
     unknown category it fails on, so it is served with a ``warmup_request`` (the entry's ``warmup_request``)."""
-    x, _, names = _iris()
-    petal = np.array(["short", "medium", "long"], dtype=object)[np.digitize(x[:, 2], [2.5, 5.0])].reshape(-1, 1)
-    model = make_pipeline(OneHotEncoder(handle_unknown="error"), LogisticRegression(max_iter=1000)).fit(petal, names)
-    onx = convert_sklearn(
-        model,
-        initial_types=[("petal", StringTensorType([None, 1]))],
-        options={id(model.steps[-1][1]): {"zipmap": False}},
-    )
+    onx, petal = _onehot("error")
     warmup = out / "onehot_strict.warmup.json"
     warmup.write_text(json.dumps({"inputs": [{"name": "petal", **_tensor(petal[:2])}]}))
     return {
