@@ -125,10 +125,28 @@ def check_prometheus_operator(doc: Doc) -> None:
         assert "port" in endpoint or "targetPort" in endpoint
 
 
+#: Strimzi v1beta2 ACL resource types and operations (the KafkaUser reference, ``AclRule``).
+STRIMZI_ACL_TYPES = {"topic", "group", "cluster", "transactionalId"}
+STRIMZI_ACL_OPERATIONS = {
+    "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "AlterConfigs", "DescribeConfigs",
+    "IdempotentWrite", "All",
+}  # fmt: skip
+
+
 def check_strimzi(doc: Doc) -> None:
-    assert (doc["apiVersion"], doc["kind"]) == ("kafka.strimzi.io/v1beta2", "KafkaTopic")
-    _require(doc, "metadata.labels", "spec.partitions", "spec.replicas")
-    assert doc["metadata"]["labels"].get("strimzi.io/cluster"), "KafkaTopic needs the strimzi.io/cluster label"
+    assert doc["apiVersion"] == "kafka.strimzi.io/v1beta2"
+    assert doc["metadata"].get("labels", {}).get("strimzi.io/cluster"), f"{doc['kind']} needs strimzi.io/cluster"
+    if doc["kind"] == "KafkaUser":
+        _require(doc, "spec.authentication.type", "spec.authorization.acls")
+        assert doc["spec"]["authentication"]["type"] in ("scram-sha-512", "tls", "tls-external")
+        assert doc["spec"]["authorization"]["type"] == "simple"
+        for acl in doc["spec"]["authorization"]["acls"]:
+            assert acl["resource"]["type"] in STRIMZI_ACL_TYPES, acl
+            assert acl["resource"].get("patternType", "literal") in ("literal", "prefix"), acl
+            assert set(acl["operations"]) <= STRIMZI_ACL_OPERATIONS, acl
+        return
+    assert doc["kind"] == "KafkaTopic"
+    _require(doc, "spec.partitions", "spec.replicas")
     assert doc["spec"]["partitions"] >= 1
     assert all(isinstance(v, str | int) for v in doc["spec"].get("config", {}).values())
 
@@ -288,3 +306,176 @@ def test_memory_limit_fits_the_fetch_budget(overlay: str) -> None:
     problem = budget_problem(setting("max_in_flight_bytes"), setting("max_batch_unpacked_bytes"), (limit, overlay))
     assert problem is None, problem
     assert budget_problem(limit, 0, (limit, overlay)) is not None  # the check can fail
+
+
+# ------------------------------------------------------------------------------------------- operator's view
+COMMON_LABELS = {"app.kubernetes.io/name": "streaminfer", "app.kubernetes.io/part-of": "streaminfer"}
+#: Scale-down wait of both autoscalers, s (README "Scaling on lag").
+SCALE_DOWN_WAIT_S = 300
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_has_the_common_labels(overlay: str) -> None:
+    for doc in build(overlay):
+        labels = doc["metadata"].get("labels", {})
+        assert COMMON_LABELS.items() <= labels.items(), f"{doc['kind']} {doc['metadata']['name']}: labels {labels}"
+
+
+def strimzi_cluster(docs: tuple[Doc, ...]) -> str:
+    clusters = {d["metadata"]["labels"]["strimzi.io/cluster"] for d in docs if d["apiVersion"].startswith("kafka.")}
+    assert len(clusters) == 1, f"Strimzi objects name clusters {clusters}"
+    return clusters.pop()
+
+
+def referenced_secrets(docs: tuple[Doc, ...]) -> set[str]:
+    """Secrets the pods mount or read as env, and those KEDA's TriggerAuthentication reads."""
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    names = {v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v}
+    for container in pod["containers"]:
+        names |= {e["valueFrom"]["secretKeyRef"]["name"] for e in container.get("env", []) if "secretKeyRef" in
+                  e.get("valueFrom", {})}  # fmt: skip
+    for auth in (d for d in docs if d["kind"] == "TriggerAuthentication"):
+        names |= {ref["name"] for ref in auth["spec"]["secretTargetRef"]}
+    return names
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_one_namespace_holds_the_app_and_its_strimzi_objects(overlay: str) -> None:
+    """The documented namespace model: everything in the Kafka cluster's namespace, where Strimzi's operators act on
+    KafkaTopic and KafkaUser objects and write the user and CA Secrets that the pods and KEDA must read."""
+    docs = build(overlay)
+    namespaces = {d["metadata"].get("namespace") for d in docs}
+    assert len(namespaces) == 1, f"objects in namespaces {namespaces}"
+    assert None not in namespaces, "an object without a namespace lands wherever kubectl points"
+    namespace = namespaces.pop()
+    cluster = strimzi_cluster(docs)
+    env = env_of(docs)
+    bootstrap = f"{cluster}-kafka-bootstrap.{namespace}.svc"
+    assert env["STREAMINFER_BOOTSTRAP_SERVERS"].split(":")[0] == bootstrap
+    for scaler in (d for d in docs if d["kind"] == "ScaledObject"):
+        for trigger in scaler["spec"]["triggers"]:
+            assert trigger["metadata"]["bootstrapServers"].split(":")[0] == bootstrap
+    users = [d["metadata"]["name"] for d in docs if d["kind"] == "KafkaUser"]
+    declared = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+    strimzi_made = {*users, f"{cluster}-cluster-ca-cert"}  # Strimzi writes these in the cluster's namespace
+    unknown = referenced_secrets(docs) - strimzi_made - declared
+    assert not unknown, f"Secrets nobody creates in {namespace}: {unknown}"
+
+
+def needed_acls(env: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(resource type, name, operation) streaminfer and KEDA's Kafka scaler need, from the consumer's settings."""
+    group = env["STREAMINFER_GROUP_ID"]
+    prefix = env.get("STREAMINFER_TRANSACTIONAL_ID_PREFIX", Settings.model_fields["transactional_id_prefix"].default)
+    needed = [("topic", env["STREAMINFER_REQUESTS_TOPIC"], op) for op in ("Describe", "Read")]
+    needed += [("group", group, op) for op in ("Describe", "Read")]
+    for key in ("STREAMINFER_RESULTS_TOPIC", "STREAMINFER_DEAD_LETTER_TOPIC"):
+        needed += [("topic", env[key], op) for op in ("Describe", "Write")]
+    # transactional.id = <prefix>-<group>-<topic>-<partition> (consumer/transactions.py), one per partition
+    needed += [("transactionalId", f"{prefix}-{group}-{env['STREAMINFER_REQUESTS_TOPIC']}-0", op)
+               for op in ("Describe", "Write")]  # fmt: skip
+    return needed
+
+
+def missing_acls(user: Doc, env: dict[str, str]) -> list[tuple[str, str, str]]:
+    def granted(kind: str, name: str, operation: str) -> bool:
+        for acl in user["spec"]["authorization"]["acls"]:
+            resource = acl["resource"]
+            if resource["type"] != kind or operation not in acl["operations"]:
+                continue
+            if resource.get("patternType", "literal") == "prefix":
+                if name.startswith(resource["name"]):
+                    return True
+            elif resource["name"] == name:
+                return True
+        return False
+
+    return [need for need in needed_acls(env) if not granted(*need)]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kafka_user_grants_what_streaminfer_and_keda_need_and_no_more(overlay: str) -> None:
+    docs = build(overlay)
+    env = env_of(docs)
+    user = one(docs, "KafkaUser")
+    assert missing_acls(user, env) == []
+    for acl in user["spec"]["authorization"]["acls"]:
+        assert "All" not in acl["operations"], f"too wide: {acl}"
+        assert acl["resource"].get("name") != "*", f"too wide: {acl}"
+        assert acl["resource"]["type"] != "cluster", f"no cluster-wide ACL is needed: {acl}"
+    # the identity the consumer and KEDA log in with is this KafkaUser
+    assert env["STREAMINFER_SASL_USERNAME"] == user["metadata"]["name"]
+    assert env["STREAMINFER_SASL_MECHANISM"].lower() == user["spec"]["authentication"]["type"]
+    for secret in (d for d in docs if d["kind"] == "Secret"):
+        if "username" in secret.get("stringData", {}):
+            assert secret["stringData"]["username"] == user["metadata"]["name"]
+
+
+def test_acl_check_can_fail() -> None:
+    docs = build("cpu")
+    user = copy.deepcopy(one(docs, "KafkaUser"))
+    for acl in user["spec"]["authorization"]["acls"]:
+        if acl["resource"]["type"] == "group":
+            acl["operations"] = ["Describe"]
+    assert missing_acls(user, env_of(docs)) == [("group", "streaminfer", "Read")]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_secrets_the_config_needs_are_required(overlay: str) -> None:
+    """SASL_SSL needs the CA file and the password file: their Secrets are not optional, so a missing one is a
+    FailedMount event naming it, not a crash loop."""
+    docs = build(overlay)
+    env = env_of(docs)
+    assert env["STREAMINFER_SECURITY_PROTOCOL"] == "SASL_SSL"
+    container = container_of(docs)
+    volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    for key in ("STREAMINFER_SSL_CAFILE", "STREAMINFER_SASL_PASSWORD_FILE"):
+        folder = str(Path(env[key]).parent)
+        mount = next((m for m in container["volumeMounts"] if m["mountPath"] == folder), None)
+        assert mount is not None, f"{key}={env[key]}: nothing is mounted at {folder}"
+        secret = volumes[mount["name"]].get("secret")
+        assert secret is not None, f"{key}: {folder} is not a Secret volume"
+        assert secret.get("optional", False) is False, f"{key}: Secret {secret['secretName']} is optional"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_autoscaler_owns_the_replica_count(overlay: str) -> None:
+    docs = build(overlay)
+    assert [d for d in docs if d["kind"] in ("ScaledObject", "HorizontalPodAutoscaler")]
+    assert "replicas" not in one(docs, "Deployment")["spec"], "kubectl apply would reset the autoscaler's count"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_scale_down_waits_where_the_autoscaler_honours_it(overlay: str) -> None:
+    docs = build(overlay)
+    scaler = next(d for d in docs if d["kind"] in ("ScaledObject", "HorizontalPodAutoscaler"))
+    if scaler["kind"] == "ScaledObject":
+        # cooldownPeriod only applies to scaling to and from zero; above it the HPA KEDA creates decides
+        assert scaler["spec"]["minReplicaCount"] >= 1
+        assert "cooldownPeriod" not in scaler["spec"], "cooldownPeriod does nothing with minReplicaCount >= 1"
+        behavior = scaler["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    else:
+        behavior = scaler["spec"]["behavior"]
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == SCALE_DOWN_WAIT_S
+    assert f"Scale-down waits {SCALE_DOWN_WAIT_S} s" in (ROOT / "README.md").read_text()
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return selector.items() <= labels.items()
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_service_monitor_selects_only_streaminfers_service(overlay: str) -> None:
+    docs = build(overlay)
+    selector = one(docs, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    services = [d for d in docs if d["kind"] == "Service"]
+    assert [s["metadata"]["name"] for s in services if selects(selector, s["metadata"]["labels"])] == [
+        "streaminfer-metrics"
+    ]
+    # Services of other apps in the same namespace (Strimzi's own, another consumer) are not scraped
+    for foreign in (
+        {"app.kubernetes.io/component": "consumer"},
+        {"app.kubernetes.io/component": "metrics", "app.kubernetes.io/name": "other"},
+        {"strimzi.io/cluster": strimzi_cluster(docs), "strimzi.io/kind": "Kafka"},
+    ):
+        assert not selects(selector, foreign), foreign
+    assert "namespaceSelector" not in one(docs, "ServiceMonitor")["spec"]  # its own namespace only
