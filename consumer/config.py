@@ -54,9 +54,9 @@ class Settings(BaseSettings):
     )
     allow_auto_create_topics: bool = Field(
         False,
-        description="Start even when the requests topic does not exist (the subscription lets the broker create it "
-        "where auto.create.topics.enable is on); false: a missing requests topic stops start-up (exit 2), so a typo "
-        "is not served silently.",
+        description="Start even when the requests, results or dead-letter topic does not exist (the broker creates "
+        "them on first use where auto.create.topics.enable is on); false: a missing one stops start-up (exit 2, "
+        "naming it), so a typo is neither served nor written to silently.",
     )
     requests_topic: str = Field("requests", min_length=1, description="Topic of inference requests.")
     results_topic: str = Field("results", min_length=1, description="Topic the responses are written to.")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
@@ -55,8 +55,10 @@ class Source:
             committed transactions: a window can fail and be fetched again and again).
         fetch_timeout_ms: longest wait of one fetch call, ms.
         clock: monotonic seconds.
-        auto_create: start even when the topic does not exist (``allow_auto_create_topics``).
-        sleep: ``asyncio.sleep`` or a test's fake (the wait for the topic).
+        auto_create: start even when the topics do not exist (``allow_auto_create_topics``).
+        required: setting name -> topic of the other topics that must exist at start-up (results, dead letters):
+            with auto-creation off on the broker, answers to a missing topic could never be written.
+        sleep: ``asyncio.sleep`` or a test's fake (the wait for the topics).
     """
 
     def __init__(
@@ -71,10 +73,12 @@ class Source:
         fetch_is_progress: bool = True,
         clock: Callable[[], float],
         auto_create: bool = False,
+        required: Mapping[str, str] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.consumer = consumer
         self._topic = topic
+        self._required = {"requests_topic": topic, **(required or {})}
         self._auto_create = auto_create
         self._sleep = sleep
         self._tracker = tracker
@@ -91,7 +95,8 @@ class Source:
 
         Raises:
             aiokafka.errors.KafkaError: the broker cannot be reached.
-            TopicMissingError: the requests topic does not exist and ``allow_auto_create_topics`` is off.
+            TopicMissingError: the requests, results or dead-letter topic does not exist and
+                ``allow_auto_create_topics`` is off.
         """
         try:
             await self.consumer.start()
@@ -103,18 +108,20 @@ class Source:
             raise
 
     async def _require_topic(self) -> None:
-        """Wait up to :data:`TOPIC_WAIT_S` for the requests topic to appear in the cluster's metadata (a topic
-        created just before reaches every broker's metadata a moment later).
+        """Wait up to :data:`TOPIC_WAIT_S` for the requests, results and dead-letter topics to appear in the
+        cluster's metadata (a topic created just before reaches every broker's metadata a moment later).
 
         Raises:
-            TopicMissingError: it did not.
+            TopicMissingError: one did not; the message names each missing topic and its setting.
         """
         deadline = self._clock() + TOPIC_WAIT_S
-        while self._topic not in await self.consumer.topics():
+        while missing := {k: t for k, t in self._required.items() if t not in await self.consumer.topics()}:
             if self._clock() >= deadline:
+                named = ", ".join(f"{k} {t!r}" for k, t in missing.items())
+                one = len(missing) == 1
                 raise TopicMissingError(
-                    f"requests_topic {self._topic!r} does not exist on the cluster: create it (or fix the name), or "
-                    "set allow_auto_create_topics=true to start anyway"
+                    f"{named} {'does' if one else 'do'} not exist on the cluster: create {'it' if one else 'them'} "
+                    f"(or fix the {'name' if one else 'names'}), or set allow_auto_create_topics=true to start anyway"
                 )
             await self._sleep(TOPIC_POLL_S)
 

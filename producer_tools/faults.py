@@ -20,8 +20,9 @@ Scenarios (consumers run as separate processes, ``python -m consumer``, unless n
   owner is SIGKILLed. Lost 0.
 - ``outage``: the broker is stopped for ``--outage-s`` seconds mid-stream and restarted with its data. The consumer
   must recover by itself (or exit non-zero, and is then restarted as an orchestrator would). Lost 0.
-- ``dlq_missing``: the dead-letter topic does not exist; the offset must not be committed past the poison record;
-  once the topic is created the dead letter lands there exactly once.
+- ``dlq_missing``: the dead-letter topic does not exist (the consumer is told to start anyway,
+  ``--allow-auto-create-topics``, on a broker that creates no topics: as if it had been deleted); the offset must
+  not be committed past the poison record; once the topic is created the dead letter lands there exactly once.
 - ``poison``: every poison kind of :mod:`producer_tools.poison` plus oversized values, repeated and non-UTF-8
   header values, interleaved with valid records; every bad one must be dead-lettered with its reason and every
   good one answered, without the consumer ever exiting.
@@ -340,7 +341,8 @@ async def scenario_outage(h: Harness, plan: Plan) -> Outcome:
 async def scenario_dlq_missing(h: Harness, plan: Plan) -> Outcome:
     topics = await h.new_topics("dlqmissing", partitions=1, dlq=False)
     group = f"dlqmissing-{uuid.uuid4().hex[:6]}"
-    proc = h.consumer(topics, group, "m0", "--producer-request-timeout-ms", "2000")
+    # Start-up refuses a missing topic unless told otherwise; told, it starts and meets the topic missing at run time.
+    proc = h.consumer(topics, group, "m0", "--producer-request-timeout-ms", "2000", "--allow-auto-create-topics")
     proc.start()
     good = h.digits(group, 10)
     poison = Outgoing(f"{group}-poison", b"{not json", expected_reason=DeadLetterReason.INVALID_JSON.value)

@@ -34,6 +34,7 @@ from tqdm import tqdm
 from consumer.oip.client import encode_request
 from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.poison import catalogue
+from producer_tools.topics import TopicMissingError, require_topic
 
 DEFAULT_HELDOUT = Path(__file__).resolve().parent.parent / "models" / "digits" / "artifacts" / "heldout.npz"
 
@@ -152,6 +153,7 @@ async def send_all(
 
     Raises:
         aiokafka.errors.KafkaError: a send failed.
+        producer_tools.topics.TopicMissingError: ``topic`` does not exist (nothing was sent).
     """
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers, client_id="streaminfer-produce", acks="all", linger_ms=linger_ms
@@ -162,6 +164,7 @@ async def send_all(
         await producer.stop()  # close what the constructor and the failed start opened (no "Unclosed" warning)
         raise
     try:
+        await require_topic(producer, topic)
         futures = []
         started = time.monotonic()
         with tqdm(
@@ -252,7 +255,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``streaminfer-produce``. Exit codes: 0 every record acknowledged; 1 the broker could not be
-    reached or a send failed (the manifest lists what was acknowledged); 2 bad arguments or an unreadable source."""
+    reached or a send failed (the manifest lists what was acknowledged); 2 bad arguments, an unreadable source or
+    a ``--topic`` that does not exist."""
     args = parser().parse_args(argv)
     if args.rate is not None and args.rate <= 0:
         parser().error("--rate must be > 0")
@@ -282,6 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    except TopicMissingError as exc:
+        print(f"streaminfer-produce: --topic: {exc}", file=sys.stderr)
+        return 2
     finally:
         if manifest is not None:
             manifest.close()

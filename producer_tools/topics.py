@@ -1,13 +1,34 @@
-"""Create the requests, results and dead-letter topics (idempotent), with Kafka's own admin API via aiokafka."""
+"""Create the requests, results and dead-letter topics (idempotent), with Kafka's own admin API via aiokafka, and
+check that a topic exists before the tools write to it (brokers that create no topic on first use are the norm)."""
 
 from __future__ import annotations
 
 import logging
 
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 log = logging.getLogger(__name__)
+
+
+class TopicMissingError(Exception):
+    """A tool was asked to write to a topic that does not exist on the cluster."""
+
+
+async def require_topic(producer: AIOKafkaProducer, topic: str) -> None:
+    """Raise unless ``topic`` is in the cluster's metadata (one metadata request of the started ``producer``).
+
+    Raises:
+        TopicMissingError: it is not; the message says how to create it.
+        aiokafka.errors.KafkaError: the metadata request failed.
+    """
+    metadata = await producer.client.fetch_all_metadata()
+    if topic not in metadata.topics():
+        raise TopicMissingError(
+            f"topic {topic!r} does not exist on the cluster: create it first (e.g. scripts/kafka-local topics create "
+            f"{topic} 4), or fix the name"
+        )
 
 
 async def ensure_topics(

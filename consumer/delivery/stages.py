@@ -156,6 +156,7 @@ def build_stages(
         fetch_is_progress=s.delivery == "at_least_once",
         clock=clock,
         auto_create=s.allow_auto_create_topics,
+        required={"results_topic": s.results_topic, "dead_letter_topic": s.dead_letter_topic},
         sleep=sleep,
     )
     intake = Intake(

@@ -44,6 +44,7 @@ from producer_tools.bench.measure import (
     throughput,
 )
 from producer_tools.produce import send_all
+from producer_tools.topics import ensure_topics
 
 #: (max_batch_size, max_batch_delay_ms) swept for digits; the consumer's defaults are (64, 5).
 SWEEP = ((1, 5.0), (8, 5.0), (32, 5.0), (64, 5.0), (256, 5.0), (64, 1.0), (64, 20.0))
@@ -71,6 +72,7 @@ class Bench:
         self.runs: list[Run] = []
         self.tag = uuid.uuid4().hex[:6]
         self.bar: tqdm[Any] | None = None
+        self._dlq: str | None = None
 
     def step(self, what: str) -> None:
         if self.bar is not None:
@@ -79,6 +81,13 @@ class Bench:
 
     def log(self, name: str) -> Path:
         return self.out / "logs" / (re.sub(r"[^A-Za-z0-9._-]", "-", name) + ".log")
+
+    async def dead_letter_topic(self) -> str:
+        """The closed-loop runs' dead-letter topic, created on first use (the broker creates no topic itself)."""
+        if self._dlq is None:
+            self._dlq = f"bench-{self.tag}.dlq"
+            await ensure_topics(self.bootstrap, {self._dlq: 1})
+        return self._dlq
 
     # -- closed loop
     async def closed_streaminfer(
@@ -95,7 +104,7 @@ class Bench:
         topics = {
             "requests": topics_backlog,
             "results": await results_topic(self.bootstrap, f"{self.tag}-{model_name}-{setting}-{uuid.uuid4().hex[:4]}"),
-            "dlq": f"bench-{self.tag}.dlq",
+            "dlq": await self.dead_letter_topic(),
         }
         log = self.log(f"{model_name}-{mode}-{setting}")
         child = start_streaminfer(self.bootstrap, topics, model, log, **settings)

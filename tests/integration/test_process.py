@@ -50,4 +50,6 @@ def test_a_consumer_on_a_missing_requests_topic_exits_2_naming_it(kafka_bootstra
     finally:
         if consumer.proc is not None:
             consumer.terminate(grace_s=10)  # never leave a consumer behind, whatever the outcome
-    assert f"requests_topic {missing!r} does not exist" in log.read_text()
+    assert f"requests_topic {missing!r}, results_topic 'results', dead_letter_topic 'requests.dlq' do not exist" in (
+        log.read_text()
+    )

@@ -3,6 +3,7 @@ records are acknowledged, so a failed run still says exactly what reached the to
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from producer_tools.process import free_port
 from producer_tools.produce import main
+from producer_tools.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +45,7 @@ def test_an_unreachable_broker_is_one_line_and_exit_1(tmp_path: Path, capsys: py
 
 
 def test_the_manifest_lists_every_acknowledged_record_and_the_input_comes_from_the_model(
-    kafka_bootstrap: str, tmp_path: Path, digits_model: Path
+    kafka_bootstrap: str, tmp_path: Path, digits_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rows = np.load(digits_model / "heldout.npz")["x"][:5]
     np.save(tmp_path / "rows.npy", rows)
@@ -51,6 +53,12 @@ def test_the_manifest_lists_every_acknowledged_record_and_the_input_comes_from_t
     topic = f"it-{uuid.uuid4().hex[:8]}.requests"
     argv = ["--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--source", str(tmp_path / "rows.npy")]
     argv += ["--model-path", str(digits_model / "digits.onnx"), "--manifest", str(manifest), "--no-progress"]
+    assert main(argv) == 2  # the broker creates no topic on first use: nothing is sent, one line says so
+    err = capsys.readouterr().err
+    assert f"streaminfer-produce: --topic: topic {topic!r} does not exist on the cluster" in err
+    assert "Traceback" not in err
+    assert manifest.read_bytes() == b""
+    asyncio.run(ensure_topics(kafka_bootstrap, {topic: 1}))
     assert main(argv) == 0
     lines = [orjson.loads(line) for line in manifest.read_bytes().splitlines()]
     assert len(lines) == 5

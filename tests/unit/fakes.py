@@ -233,8 +233,9 @@ class FakeConsumer:
         self.fetches = 0
         self._changed = asyncio.Event()
         self.started = False
-        #: The topics the cluster has (``topics()``); the requests topic unless a test removes it.
-        self.existing: set[str] = {"requests"}
+        #: The topics the cluster has (``topics()``): the harness's requests, results and dead-letter topics unless a
+        #: test removes one.
+        self.existing: set[str] = {"requests", "results", "dlq"}
 
     # -- test controls
     def add(self, tp: TopicPartition, values: list[bytes], keys: list[bytes] | None = None) -> None:

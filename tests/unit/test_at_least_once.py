@@ -300,29 +300,48 @@ async def test_a_fetch_that_left_records_behind_does_not_release_the_batcher(
     await h.stop()
 
 
-async def test_a_requests_topic_that_does_not_exist_stops_start_up(
+async def test_a_topic_that_does_not_exist_stops_start_up(
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
 ) -> None:
     from consumer.errors import TopicMissingError
 
     h = Harness(tmp_path, digits_signature, clock)
-    h.consumer.existing = set()
+    h.consumer.existing = {"results", "dlq"}
     start = asyncio.ensure_future(h.app.start())
     await h.idle()
     assert not start.done()  # a topic made a moment ago may not be in the metadata yet: it waits a little
     clock.advance_ms(2_000)
     await h.idle()
-    h.consumer.existing = {"requests"}  # created meanwhile: start-up goes on
+    h.consumer.existing = {"requests", "results", "dlq"}  # created meanwhile: start-up goes on
     clock.advance_ms(250)
     await h.until(start.done)
     await h.stop()
     late = Harness(tmp_path, digits_signature, clock)
-    late.consumer.existing = set()
+    late.consumer.existing = {"results", "dlq"}
     start = asyncio.ensure_future(late.app.start())
     for _ in range(30):  # 7.5 s of fake time, past the 5 s wait
         clock.advance_ms(250)
         await late.idle(20)
     with pytest.raises(TopicMissingError, match="requests_topic 'requests' does not exist"):
+        await start
+    # answers need their topics as much: a missing results or dead-letter topic stops start-up too, named
+    for gone, setting in (("results", "results_topic 'results'"), ("dlq", "dead_letter_topic 'dlq'")):
+        other = Harness(tmp_path, digits_signature, clock)
+        other.consumer.existing = {"requests", "results", "dlq"} - {gone}
+        start = asyncio.ensure_future(other.app.start())
+        for _ in range(30):
+            clock.advance_ms(250)
+            await other.idle(20)
+        with pytest.raises(TopicMissingError, match=f"^{setting} does not exist"):
+            await start
+    none = Harness(tmp_path, digits_signature, clock)
+    none.consumer.existing = set()
+    start = asyncio.ensure_future(none.app.start())
+    for _ in range(30):
+        clock.advance_ms(250)
+        await none.idle(20)
+    all_three = "requests_topic 'requests', results_topic 'results', dead_letter_topic 'dlq' do not exist"
+    with pytest.raises(TopicMissingError, match=f"^{all_three} on the cluster: create them"):
         await start
     allowed = Harness(tmp_path, digits_signature, clock, allow_auto_create_topics=True)
     allowed.consumer.existing = set()
