@@ -15,7 +15,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
@@ -25,6 +25,7 @@ from consumer.budget import budget_problem, memory_limit_bytes
 from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError
 from consumer.health import Probes, serve
+from consumer.logs import setup_logging
 from consumer.metrics import Metrics
 from consumer.runner import CUDA, TENSORRT, OnnxRunner, describe, warmup_plan
 from consumer.security import secret_values
@@ -34,49 +35,6 @@ log = logging.getLogger("consumer")
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_MODEL, EXIT_KAFKA = 0, 1, 2, 3, 4
 #: Container allocations between two young-generation collections (CPython's default: 700).
 GC_YOUNG_THRESHOLD = 10_000
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": round(record.created, 3),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
-class RedactSecrets(logging.Filter):
-    """Replaces every known secret in a log record's message with ``***`` (defence in depth: a library that
-    logs its wire bytes at DEBUG, as aiokafka does for SASL PLAIN, cannot leak a password through our handler)."""
-
-    def __init__(self, secrets: Sequence[str]) -> None:
-        super().__init__()
-        self._secrets = [s for s in secrets if s]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self._secrets:
-            message = record.getMessage()
-            redacted = message
-            for secret in self._secrets:
-                redacted = redacted.replace(secret, "***")
-            if redacted != message:
-                record.msg, record.args = redacted, None
-        return True
-
-
-def setup_logging(level: str, as_json: bool, secrets: Sequence[str] = ()) -> None:
-    """Log to stderr, as text or one JSON object per line, with ``secrets`` redacted from every message."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(RedactSecrets(secrets))
-    handler.setFormatter(
-        _JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-    logging.getLogger("aiokafka").setLevel(max(logging.getLevelName(level), logging.WARNING))
 
 
 async def serve_until_signal(app: StreamInferApp, probes: Probes) -> int:
@@ -113,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"streaminfer-consumer: sasl_password_file: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    setup_logging(settings.log_level, settings.log_json, secrets)
+    limiter = setup_logging(settings.log_level, settings.log_json, secrets)
     metrics = Metrics(CollectorRegistry(auto_describe=True))
     probes = Probes(ready_gauge=metrics.ready)
     httpd = None
@@ -124,14 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("http_port %s: cannot listen on %s: %s", settings.http_port, settings.http_host, exc)
             return EXIT_CONFIG
     try:
-        return _load_and_serve(settings, metrics, probes)
+        return _load_and_serve(settings, metrics, probes, lambda: limiter.held_total)
     finally:
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
 
 
-def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes) -> int:
+def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes, held_client_logs: Callable[[], int]) -> int:
     try:
         runner = OnnxRunner.from_settings(settings)
         sizes, lengths = warmup_plan(runner, settings.max_batch_size)
@@ -146,14 +104,14 @@ def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes) -> int
         log.error("warmup at batch sizes 1 and max_batch_size=%d failed: %r", settings.max_batch_size, exc)
         return EXIT_MODEL
     summary = describe(runner)
-    log.info("serving %s", json.dumps(summary))
+    log.info("model ready %s", json.dumps(summary))
     metrics.model.info({k: str(summary[k]) for k in ("model_name", "model_version", "provider", "batch_axis")})
     on_gpu = runner.provider in (CUDA, TENSORRT)
     if on_gpu and not metrics.track_gpu_memory(runner.device_id):
         log.warning("CUDA is active but NVML is not available: streaminfer_gpu_memory_used_bytes is not exported")
     probes.provider_ok = on_gpu or not settings.require_gpu
     probes.warm = True
-    app = StreamInferApp(settings, runner, metrics)
+    app = StreamInferApp(settings, runner, metrics, held_client_logs=held_client_logs)
     settle_garbage_collector()
     return asyncio.run(serve_until_signal(app, probes))
 

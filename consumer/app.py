@@ -29,6 +29,7 @@ from consumer.config import Settings
 from consumer.delivery.at_least_once import AtLeastOnce
 from consumer.delivery.exactly_once import ExactlyOnce
 from consumer.delivery.stages import SHUTDOWN_STEP_TIMEOUT_S, Stages, build_stages
+from consumer.link import BrokerLink
 from consumer.metrics import Metrics
 from consumer.runner import OnnxRunner
 from consumer.security import kafka_security_kwargs
@@ -51,6 +52,8 @@ class StreamInferApp:
         wall_clock: epoch clock in seconds (record age against Kafka timestamps only).
         sleep: ``asyncio.sleep``, or a fake that a test's clock resolves (backoff, commit cadence, revoke wait).
         clients: makes the Kafka clients; default the real ones (:class:`~consumer.clients.KafkaClients`).
+        held_client_logs: how many Kafka client log records were held back so far
+            (:attr:`consumer.logs.ClientLogLimiter.held_total`), reported when the cluster answers again.
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class StreamInferApp:
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clients: Clients | None = None,
+        held_client_logs: Callable[[], int] | None = None,
     ) -> None:
         self.settings = settings
         self.runner = runner
@@ -71,7 +75,10 @@ class StreamInferApp:
         self._wall_clock = wall_clock
         self._sleep = sleep
         self._clients = clients
+        self._held_client_logs = held_client_logs
         self.stages: Stages | None = None
+        self.link: BrokerLink | None = None
+        self._link_task: asyncio.Task[None] | None = None
         self.mode: AtLeastOnce | ExactlyOnce | None = None
         self._crashed = asyncio.Event()
         self._stopping = False
@@ -101,6 +108,15 @@ class StreamInferApp:
         self.stages, self.mode = stages, mode
         for task in mode.tasks:
             task.add_done_callback(self._on_task_done)
+        self.link = BrokerLink(
+            stages.source.consumer.topics,
+            self.settings.bootstrap_servers,
+            clock=self._clock,
+            sleep=self._sleep,
+            gauge=self.metrics.kafka_reachable,
+            held=self._held_client_logs,
+        )
+        self._link_task = asyncio.create_task(self.link.watch(), name="streaminfer-kafka-link")
 
     async def run(self, stop: asyncio.Event) -> int:
         """Start, serve until ``stop`` is set or a task fails, then stop. Returns the process exit code."""
@@ -121,6 +137,8 @@ class StreamInferApp:
         if self._stopping:
             return
         self._stopping = True
+        if self._link_task is not None:
+            self._link_task.cancel()
         if self.mode is not None:
             await self.mode.stop(max(0.5, self.settings.shutdown_grace_s - SHUTDOWN_RESERVE_S))
         log.info("stopped")

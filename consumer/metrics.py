@@ -134,6 +134,11 @@ class Metrics:
             registry=registry,
         )
         self.ready = Gauge("streaminfer_ready", "1 when /readyz answers 200.", registry=registry)
+        self.kafka_reachable = Gauge(
+            "streaminfer_kafka_reachable",
+            "1 while the cluster answers metadata requests (checked every 5 s), 0 during an outage.",
+            registry=registry,
+        )
         self.model = Info("streaminfer_model", "Served model and active execution provider.", registry=registry)
         self.gpu_memory_used_bytes = Gauge(
             "streaminfer_gpu_memory_used_bytes",

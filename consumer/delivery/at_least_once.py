@@ -257,4 +257,4 @@ class AtLeastOnce:
         """Count the rebalance and mark the group joined."""
         self._stages.metrics.rebalances.inc()
         self.joined = True
-        log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))
+        self._stages.assigned(assigned)

@@ -264,4 +264,4 @@ class ExactlyOnce:
             await self.txns.open(tp)
         self._stages.metrics.rebalances.inc()
         self.joined = True
-        log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))
+        self._stages.assigned(assigned)

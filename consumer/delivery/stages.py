@@ -68,6 +68,17 @@ class Stages:
     wall_clock: Callable[[], float]
     sleep: Sleep
     fail: Fail
+    #: Whether the group was joined once (the "serving" line is logged then, not before).
+    served: bool = False
+
+    def assigned(self, assigned: set[TopicPartition]) -> None:
+        """Log an assignment; the first one says the consumer now serves."""
+        names = sorted(str(tp) for tp in assigned)
+        if self.served:
+            log.info("partitions assigned: %s", names)
+            return
+        self.served = True
+        log.info("serving: joined group %r, partitions assigned: %s", self.settings.group_id, names)
 
     def batcher(self, delay_ms: float) -> MicroBatcher[Work]:
         """A micro-batcher with the settings' limits (tokens too, for a sequence model); a static-batch model's

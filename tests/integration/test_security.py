@@ -11,9 +11,9 @@ import pytest
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
-from consumer.__main__ import setup_logging
 from consumer.app import StreamInferApp
 from consumer.config import Settings
+from consumer.logs import setup_logging
 from consumer.metrics import Metrics
 from consumer.runner import OnnxRunner
 from producer_tools.produce import digits_requests, send_all

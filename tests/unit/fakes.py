@@ -236,6 +236,8 @@ class FakeConsumer:
         #: The topics the cluster has (``topics()``): the harness's requests, results and dead-letter topics unless a
         #: test removes one.
         self.existing: set[str] = {"requests", "results", "dlq"}
+        #: Raised by ``topics()`` (a metadata request) while set: the cluster does not answer.
+        self.topics_error: BaseException | None = None
 
     # -- test controls
     def add(self, tp: TopicPartition, values: list[bytes], keys: list[bytes] | None = None) -> None:
@@ -327,6 +329,8 @@ class FakeConsumer:
         return self.positions.get(partition, 0)
 
     async def topics(self) -> set[str]:
+        if self.topics_error is not None:
+            raise self.topics_error
         return set(self.existing)
 
     def highwater(self, partition: TopicPartition) -> int | None:

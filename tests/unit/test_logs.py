@@ -1,0 +1,168 @@
+"""Logs an operator can read: the Kafka client's noise bounded, one line per outage and recovery, "serving" only once
+the group is joined. No broker, no sleeping: fake clocks throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaConnectionError
+from prometheus_client import CollectorRegistry, Gauge
+
+from consumer.link import BrokerLink
+from consumer.logs import CLIENT_LOG_INTERVAL_S, ClientLogLimiter
+from consumer.schema import ModelSignature
+from tests.unit.fakes import FakeClock
+from tests.unit.harness import Harness
+
+
+def limited_logger(limiter: ClientLogLimiter, name: str = "aiokafka") -> tuple[logging.Logger, io.StringIO]:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(limiter)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger(f"{name}.test-{id(limiter)}")
+    logger.handlers = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    return logger, out
+
+
+def test_client_errors_pass_once_per_template_per_window_then_say_how_many_were_held() -> None:
+    now = [0.0]
+    limiter = ClientLogLimiter(clock=lambda: now[0])
+    logger, out = limited_logger(limiter)
+    for i in range(1000):  # an outage: the same failure, again and again, for many nodes
+        logger.error("Unable connect to node with id %s: %s", i % 3, "Connect call failed")
+        logger.error("Unable to update metadata from %s", [1])
+        now[0] += 0.02  # 20 s in all
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        f"ERROR aiokafka.test-{id(limiter)}: Unable connect to node with id 0: Connect call failed",
+        f"ERROR aiokafka.test-{id(limiter)}: Unable to update metadata from [1]",
+    ]
+    assert limiter.held_total == 1998
+    now[0] += CLIENT_LOG_INTERVAL_S
+    logger.error("Unable connect to node with id %s: %s", 2, "Connect call failed")
+    last = out.getvalue().splitlines()[-1]
+    assert last.endswith("Unable connect to node with id 2: Connect call failed [999 more like this in the last 50 s "
+                         "not logged]")  # fmt: skip
+
+
+def test_records_of_other_loggers_are_never_held() -> None:
+    limiter = ClientLogLimiter(clock=lambda: 0.0)
+    logger, out = limited_logger(limiter, name="consumer")
+    for _ in range(50):
+        logger.warning("publish failed, retrying")
+    assert len(out.getvalue().splitlines()) == 50
+    assert limiter.held_total == 0
+
+
+def test_a_fresh_clusters_coordinator_wait_is_not_an_error() -> None:
+    limiter = ClientLogLimiter(clock=lambda: 0.0)
+    logger, out = limited_logger(limiter)
+    logger.error("Group Coordinator Request failed: %s", "[Error 15] GroupCoordinatorNotAvailableError")
+    logger.error("Failed fetch messages from %s: %s", 1, "NodeNotReadyError")
+    assert out.getvalue().splitlines()[0].startswith("INFO ")
+    assert out.getvalue().splitlines()[1].startswith("ERROR ")
+
+
+async def settle() -> None:
+    """Let every ready task run (no time passes)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+class Cluster:
+    """A metadata request that succeeds, fails, or never answers."""
+
+    def __init__(self) -> None:
+        self.state = "up"
+
+    async def topics(self) -> set[str]:
+        if self.state == "down":
+            raise KafkaConnectionError("Connect call failed")
+        if self.state == "hung":
+            await asyncio.Event().wait()
+        return {"requests"}
+
+
+async def test_an_outage_is_one_warning_and_its_end_one_line_with_its_length(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = Cluster()
+    registry = CollectorRegistry()
+    gauge = Gauge("reachable", "", registry=registry)
+    held = [0]
+    link = BrokerLink(cluster.topics, "broker:9092", clock=clock, sleep=clock.sleep, gauge=gauge, held=lambda: held[0])
+    caplog.set_level(logging.INFO, logger="consumer.link")
+    assert await link.check_once()
+    assert caplog.records == []  # nothing to say while all is well
+    cluster.state = "down"
+    for _ in range(8):  # 40 s of failing checks
+        assert not await link.check_once()
+        clock.advance_ms(5_000)
+        held[0] += 400
+    assert link.reachable is False
+    assert registry.get_sample_value("reachable") == 0
+    cluster.state = "hung"  # a paused broker: the request never returns; the injected clock times it out
+    hung = asyncio.ensure_future(link.check_once())
+    await settle()
+    clock.advance_ms(5_000)
+    assert await hung is False
+    cluster.state = "up"
+    assert await link.check_once()
+    assert link.reachable is True
+    assert registry.get_sample_value("reachable") == 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    assert messages[0].startswith("kafka: cluster unreachable at bootstrap_servers=broker:9092 (KafkaConnectionError")
+    assert messages[1] == "kafka: cluster reachable again after 45.0 s (3200 client log lines held back meanwhile)"
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
+
+
+async def test_a_check_that_never_answers_marks_the_link_down(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = Cluster()
+    cluster.state = "hung"
+    link = BrokerLink(cluster.topics, "broker:9092", clock=clock, sleep=clock.sleep, timeout_s=5.0)
+    caplog.set_level(logging.INFO, logger="consumer.link")
+    check = asyncio.ensure_future(link.check_once())
+    await settle()
+    clock.advance_ms(4_900)
+    await settle()
+    assert not check.done()  # not before the timeout
+    clock.advance_ms(200)
+    assert await check is False
+    assert "no answer within 5 s" in caplog.records[0].getMessage()
+
+
+async def test_the_consumer_watches_the_link_and_says_serving_once_joined(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="consumer")
+    h = Harness(tmp_path, digits_signature, clock)
+    await h.app.start()
+    assert not [r for r in caplog.records if "serving" in r.getMessage()]  # started, not yet in the group
+    await h.consumer.assign({TopicPartition("requests", 0), TopicPartition("requests", 1)})
+    await h.consumer.revoke({TopicPartition("requests", 1)})
+    await h.consumer.assign({TopicPartition("requests", 1)})
+    serving = [r.getMessage() for r in caplog.records if r.getMessage().startswith("serving")]
+    assert len(serving) == 1  # the first assignment only
+    assert serving[0].startswith("serving: joined group 'g', partitions assigned: ")
+    assert "partition=0" in serving[0]
+    assert any(r.getMessage().startswith("partitions assigned:") for r in caplog.records)  # the later rebalance
+    h.consumer.topics_error = KafkaConnectionError("Connect call failed")
+    await h.until_in_time(lambda: h.metrics.registry.get_sample_value("streaminfer_kafka_reachable") == 0)
+    h.consumer.topics_error = None
+    await h.until_in_time(lambda: h.metrics.registry.get_sample_value("streaminfer_kafka_reachable") == 1)
+    link_lines = [r.getMessage() for r in caplog.records if r.name == "consumer.link"]
+    assert len(link_lines) == 2
+    assert link_lines[0].startswith("kafka: cluster unreachable")
+    assert link_lines[1].startswith("kafka: cluster reachable again after")
+    await h.stop()
