@@ -343,7 +343,11 @@ async def scenario_outage(h: Harness, plan: Plan) -> Outcome:
             restarts += 1
             await asyncio.to_thread(proc.start)
         report = await h.answers(topics, records, timeout_s=30)
-    logged = proc.log.read_text(errors="replace").splitlines()[before:]  # the outage and the recovery
+    for _ in range(30):  # the link says "reachable again" within its check interval (5 s) of the first answer
+        logged = proc.log.read_text(errors="replace").splitlines()[before:]  # the outage and the recovery
+        if any("reachable again" in line for line in logged):
+            break
+        await asyncio.sleep(0.5)
     said = [sum(phrase in line for line in logged) for phrase in ("kafka: cluster unreachable", "reachable again")]
     code, _ = proc.terminate()
     lost = len(report.missing)
