@@ -167,8 +167,20 @@ class StreamInferApp:
 
     @property
     def ready(self) -> bool:
-        """Warm (the runner is warmed before start), joined and not stopping."""
-        return self.joined and not self._stopping and self.failed is None
+        """Warm (the runner is warmed before start), joined, the cluster reachable and not stopping."""
+        return self.readiness()[0]
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, reason) for ``/readyz``: joined, the last metadata check answered, not stopping, no task failed.
+        Reads plain attributes only: safe from the HTTP thread."""
+        if self._stopping or self.failed is not None:
+            return False, "stopping"
+        if not self.joined:
+            return False, "joining the consumer group"
+        link = self.link
+        if link is not None and not link.reachable and link.down_since is not None:
+            return False, f"kafka cluster unreachable for {self._clock() - link.down_since:.0f} s"
+        return True, "ready"
 
     def liveness(self) -> tuple[bool, str]:
         """(alive, reason): False when a background task died, or when the consumer lags but has neither fetched

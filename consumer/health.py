@@ -7,7 +7,9 @@ event loop cannot hide the metrics; the server is up before the model loads so p
   ``LOOP_TIMEOUT_S``; or the consumer lags (lag > 0) yet has neither fetched nor committed for
   ``stall_timeout_s``. Kubernetes restarts the pod on repeated failures.
 - ``/readyz`` 200 once warmup is done, the group has been joined, the required execution provider is active,
-  and the consumer is not stopping.
+  the Kafka cluster answered the last metadata check (:class:`consumer.link.BrokerLink`: one every 5 s, failing
+  after 5 s without an answer, so a cut-off consumer turns unready within 10 s and ready again within 5 s of the
+  cluster answering), and the consumer is not stopping.
 
 Bodies are JSON ``{"ok": bool, "reason": str}``.
 """
@@ -60,8 +62,7 @@ class Progress:
 class AppLike(Protocol):
     """What the probes read from :class:`consumer.app.StreamInferApp`."""
 
-    @property
-    def ready(self) -> bool: ...
+    def readiness(self) -> tuple[bool, str]: ...
 
     def liveness(self) -> tuple[bool, str]: ...
 
@@ -112,9 +113,9 @@ class Probes:
             return False, "loading or warming up the model"
         if not self.provider_ok:
             return False, "the required execution provider is not active"
-        if self.app is None or not self.app.ready:
-            return False, "joining the consumer group, or stopping"
-        return True, "ready"
+        if self.app is None:
+            return False, "joining the consumer group"
+        return self.app.readiness()
 
 
 def make_app(registry: CollectorRegistry, healthz: Probe, readyz: Probe) -> Callable[..., Iterable[bytes]]:

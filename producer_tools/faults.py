@@ -19,7 +19,9 @@ Scenarios (consumers run as separate processes, ``python -m consumer``, unless n
 - ``idle_takeover``: a member without partitions for ``--idle-s`` (120 s in the full run) takes over when the
   owner is SIGKILLed. Lost 0.
 - ``outage``: the broker is stopped for ``--outage-s`` seconds mid-stream and restarted with its data. The consumer
-  must recover by itself (or exit non-zero, and is then restarted as an orchestrator would). Lost 0.
+  must recover by itself (or exit non-zero, and is then restarted as an orchestrator would). Lost 0; /readyz 503
+  within ``READY_BOUND_S`` of the cut and 200 again after it; at most ``OUTAGE_LOG_LINES`` log lines meanwhile,
+  one of them "cluster unreachable" and one "reachable again".
 - ``dlq_missing``: the dead-letter topic does not exist (the consumer is told to start anyway,
   ``--allow-auto-create-topics``, on a broker that creates no topics: as if it had been deleted); the offset must
   not be committed past the poison record; once the topic is created the dead letter lands there exactly once.
@@ -41,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import random
 import subprocess
@@ -108,6 +111,21 @@ class Plan:
 #: Most consumer log lines an outage and the recovery after it may write (the Kafka client alone wrote about
 #: 10,900 a second before its records were rate-limited).
 OUTAGE_LOG_LINES = 300
+
+
+#: Longest a consumer cut off from the cluster may still answer /readyz 200, s (consumer/link.py: a check every 5 s
+#: that fails after 5 s without an answer; plus the probe's own 0.5 s cadence and 1 s timeout).
+READY_BOUND_S = 12.0
+
+
+def wait_until_ready(proc: ConsumerProcess, timeout_s: float) -> bool:
+    """Whether ``proc``'s /readyz answers 200 within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.is_ready():
+            return True
+        time.sleep(0.25)
+    return False
 
 
 def log_lines(path: Path) -> int:
@@ -329,7 +347,12 @@ async def scenario_outage(h: Harness, plan: Plan) -> Outcome:
     await h.produce(topics["requests"], records[:half], plan.rate * 2)
     before = log_lines(proc.log)
     await asyncio.to_thread(h.broker.pause)
-    await asyncio.sleep(plan.outage_s)
+    cut = time.monotonic()
+    unready_after_s = math.nan  # /readyz must turn 503 within READY_BOUND_S of the cut
+    while time.monotonic() - cut < plan.outage_s:
+        if math.isnan(unready_after_s) and not await asyncio.to_thread(proc.is_ready):
+            unready_after_s = time.monotonic() - cut
+        await asyncio.sleep(0.5)
     await asyncio.to_thread(h.broker.resume)
     restarts = 0
     if proc.returncode is not None:  # it chose to exit: an orchestrator restarts it
@@ -349,14 +372,18 @@ async def scenario_outage(h: Harness, plan: Plan) -> Outcome:
             break
         await asyncio.sleep(0.5)
     said = [sum(phrase in line for line in logged) for phrase in ("kafka: cluster unreachable", "reachable again")]
+    ready_again = restarts > 0 or await asyncio.to_thread(wait_until_ready, proc, 30.0)
     code, _ = proc.terminate()
     lost = len(report.missing)
     quiet = len(logged) <= OUTAGE_LOG_LINES and said[0] >= 1 and said[1] >= 1
+    told = unready_after_s <= READY_BOUND_S and ready_again  # NaN (never unready) compares False
     note = (
         f"broker down {plan.outage_s:.0f} s, consumer restarts {restarts}, exit {code}; {len(logged)} log lines "
-        f"meanwhile (at most {OUTAGE_LOG_LINES}), 'unreachable' {said[0]}x, 'reachable again' {said[1]}x"
+        f"meanwhile (at most {OUTAGE_LOG_LINES}), 'unreachable' {said[0]}x, 'reachable again' {said[1]}x; /readyz 503 "
+        f"after {unready_after_s:.1f} s (at most {READY_BOUND_S:.0f}), 200 again: {ready_again}"
     )
-    return Outcome("outage", len(records), lost, report.duplicates, report.dead_letters, lost == 0 and quiet, note)
+    ok = lost == 0 and quiet and told
+    return Outcome("outage", len(records), lost, report.duplicates, report.dead_letters, ok, note)
 
 
 async def scenario_dlq_missing(h: Harness, plan: Plan) -> Outcome:

@@ -122,15 +122,22 @@ class ConsumerProcess:
             RuntimeError: the child exited, or was not ready within ``timeout_s`` seconds (the log named).
         """
         deadline = time.monotonic() + timeout_s
-        url = f"http://127.0.0.1:{self.port}/readyz"
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError(f"consumer exited with code {self.returncode} before it was ready; log: {self.log}")
-            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
+            if self.is_ready():
+                return
             time.sleep(0.1)
         raise RuntimeError(f"consumer not ready after {timeout_s:.0f} s; log: {self.log}")
+
+    def is_ready(self) -> bool:
+        """One ``/readyz`` request (1 s timeout): whether it answered 200 (503, a refused or timed-out connection:
+        False)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:  # urllib's HTTPError (503) and URLError are OSErrors
+            return False
 
     @property
     def returncode(self) -> int | None:

@@ -1,5 +1,6 @@
-"""Logs an operator can read: the Kafka client's noise bounded, one line per outage and recovery, "serving" only once
-the group is joined. No broker, no sleeping: fake clocks throughout."""
+"""Logs and readiness an operator can trust: the Kafka client's noise bounded, one line per outage and one per
+recovery, /readyz false while the cluster does not answer, "serving" only once the group is joined. No broker, no
+sleeping: fake clocks throughout."""
 
 from __future__ import annotations
 
@@ -166,3 +167,21 @@ async def test_the_consumer_watches_the_link_and_says_serving_once_joined(
     assert link_lines[0].startswith("kafka: cluster unreachable")
     assert link_lines[1].startswith("kafka: cluster reachable again after")
     await h.stop()
+
+
+async def test_readiness_turns_false_while_the_cluster_does_not_answer(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Harness(tmp_path, digits_signature, clock)
+    await h.start()
+    assert h.app.readiness() == (True, "ready")
+    h.consumer.topics_error = KafkaConnectionError("Connect call failed")
+    await h.until_in_time(lambda: not h.app.ready, limit_ms=10_000)  # within one check interval + timeout
+    clock.advance_ms(7_000)
+    ok, reason = h.app.readiness()
+    assert not ok
+    assert reason.startswith("kafka cluster unreachable for ")
+    h.consumer.topics_error = None
+    await h.until_in_time(lambda: h.app.ready, limit_ms=5_100)
+    await h.stop()
+    assert h.app.readiness() == (False, "stopping")

@@ -17,8 +17,11 @@ from consumer.security import kafka_security_kwargs
 
 class FakeApp:
     def __init__(self) -> None:
-        self.ready = False
+        self.ready = (False, "joining the consumer group")
         self.alive = (True, "ok")
+
+    def readiness(self) -> tuple[bool, str]:
+        return self.ready
 
     def liveness(self) -> tuple[bool, str]:
         return self.alive
@@ -39,8 +42,8 @@ def test_readyz_follows_the_phases() -> None:
     assert probes.readyz()[0] is False  # no consumer yet
     app = FakeApp()
     probes.app = app
-    assert probes.readyz()[0] is False  # not joined
-    app.ready = True
+    assert probes.readyz() == (False, "joining the consumer group")  # not joined
+    app.ready = (True, "ready")
     assert probes.readyz() == (True, "ready")
     assert metrics.registry.get_sample_value("streaminfer_ready") == 1
     probes.provider_ok = False
