@@ -8,9 +8,10 @@ PYTEST_ARGS ?=
 IMAGE_TAG ?= 0.1.0
 FAULTS_ARGS ?=
 BENCH_ARGS ?=
+SOAK_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv model demo test bench faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop clean
+.PHONY: help venv model demo test bench soak faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop clean
 
 help: ## list the targets
 	@awk -v tag='$(IMAGE_TAG)' 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {gsub(/\$$\(IMAGE_TAG\)/, tag, $$2); printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,6 +37,9 @@ test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a rea
 
 bench: $(STAMP) $(MODEL) ## benchmark vs naive, the Kafka client alone and bare ORT (digits + MiniLM) -> bench-results/; ~9 min + a one-time export
 	scripts/bench $(BENCH_ARGS)
+
+soak: $(STAMP) $(MODEL) ## 10 minutes at half the measured maximum (digits): RSS, fds, tasks, p99 -> soak-results/
+	scripts/soak $(SOAK_ARGS)
 
 faults: $(STAMP) $(MODEL) ## fault injection in full (20,000 records, 10 kills, 1,000,000 backlog): table + summary
 	$(PY) -m producer_tools.faults $(FAULTS_ARGS)

@@ -117,6 +117,8 @@ class StreamInferApp:
             held=self._held_client_logs,
         )
         self._link_task = asyncio.create_task(self.link.watch(), name="streaminfer-kafka-link")
+        loop = asyncio.get_running_loop()
+        self.metrics.asyncio_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time
 
     async def run(self, stop: asyncio.Event) -> int:
         """Start, serve until ``stop`` is set or a task fails, then stop. Returns the process exit code."""

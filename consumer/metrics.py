@@ -134,6 +134,11 @@ class Metrics:
             registry=registry,
         )
         self.ready = Gauge("streaminfer_ready", "1 when /readyz answers 200.", registry=registry)
+        self.asyncio_tasks = Gauge(
+            "streaminfer_asyncio_tasks",
+            "asyncio tasks alive in the consumer's event loop (flat in steady state; growth is a leak).",
+            registry=registry,
+        )
         self.kafka_reachable = Gauge(
             "streaminfer_kafka_reachable",
             "1 while the cluster answers metadata requests (checked every 5 s), 0 during an outage.",
