@@ -64,10 +64,10 @@ image-cpu: ## build the CPU image streaminfer:$(IMAGE_TAG)-cpu (needs a Docker e
 image-gpu: ## build the GPU image streaminfer:$(IMAGE_TAG)-gpu (needs a Docker engine)
 	docker build -f docker/gpu.Dockerfile -t streaminfer:$(IMAGE_TAG)-gpu .
 
-k8s: $(STAMP) ## render the cpu and gpu overlays into build/k8s-*.yaml
+k8s: $(STAMP) ## render every overlay (cpu, gpu, cpu-hpa) into build/k8s-*.yaml
 	@mkdir -p build
-	$(VENV)/bin/kubectl kustomize k8s/overlays/cpu > build/k8s-cpu.yaml
-	$(VENV)/bin/kubectl kustomize k8s/overlays/gpu > build/k8s-gpu.yaml
+	@for overlay in k8s/overlays/*/; do name=$$(basename $$overlay); \
+		$(VENV)/bin/kubectl kustomize $$overlay > build/k8s-$$name.yaml && echo "build/k8s-$$name.yaml"; done
 
 kafka-start: ## start the local KRaft broker (prints its bootstrap address)
 	scripts/kafka-local start

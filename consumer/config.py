@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict
@@ -332,6 +332,17 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     return problems
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line, with the closest real flag, as a :class:`ConfigError`."""
+
+    def error(self, message: str) -> NoReturn:
+        flags = [f"--{name.replace('_', '-')}" for name in Settings.model_fields]
+        bad = next((word for word in message.replace(",", " ").split() if word.startswith("--")), None)
+        close = difflib.get_close_matches(bad.split("=")[0], flags, n=1, cutoff=0.8) if bad else []
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"{message}{hint}; --help lists every flag")
+
+
 def load_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Read settings from ``argv`` flags (kebab-case, e.g. ``--max-batch-size 32``) and the environment.
 
@@ -339,18 +350,19 @@ def load_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] 
         environ: checked for ``STREAMINFER_*`` variables that name no setting; default ``os.environ``.
 
     Raises:
-        ConfigError: a value is invalid, or a ``STREAMINFER_*`` variable names no setting; the message names
-            every bad setting or variable.
-        SystemExit: an unknown flag or ``--help`` (argparse's own handling).
+        ConfigError: a value is invalid, a flag is unknown (abbreviations too: no prefix matching), or a
+            ``STREAMINFER_*`` variable names no setting; the message names every bad setting, flag or variable.
+        SystemExit: ``--help`` (argparse's own handling).
     """
     problems = unknown_variables(os.environ if environ is None else environ)
     if problems:
         raise ConfigError("; ".join(problems))
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="streaminfer-consumer",
         description="Serve an ONNX model over Kafka: requests topic in, results and dead letters out.",
         epilog=HELP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # --max-batch-siz is a typo, not --max-batch-size
     )
     source: CliSettingsSource[Settings] = CliSettingsSource(
         Settings, root_parser=parser, parse_args_method=argparse.ArgumentParser.parse_args

@@ -102,6 +102,16 @@ class Source:
             await self.consumer.start()
             if not self._auto_create:  # before subscribing: a subscription's metadata request creates the topic
                 await self._require_topic()
+            else:
+                existing = await self.consumer.topics()
+                missing = [f"{k} {t!r}" for k, t in self._required.items() if t not in existing]
+                if missing:
+                    log.warning(
+                        "%s %s not exist yet (allow_auto_create_topics: starting anyway; a broker that does not "
+                        "create topics on first use cannot take their records)",
+                        ", ".join(missing),
+                        "does" if len(missing) == 1 else "do",
+                    )
             self.consumer.subscribe([self._topic], listener=_Rebalance(on_revoked, on_assigned))
         except BaseException:
             await self.consumer.stop()
@@ -121,7 +131,8 @@ class Source:
                 one = len(missing) == 1
                 raise TopicMissingError(
                     f"{named} {'does' if one else 'do'} not exist on the cluster: create {'it' if one else 'them'} "
-                    f"(or fix the {'name' if one else 'names'}), or set allow_auto_create_topics=true to start anyway"
+                    f"(or fix the {'name' if one else 'names'}), or set allow_auto_create_topics=true "
+                    "(--allow-auto-create-topics) to start anyway"
                 )
             await self._sleep(TOPIC_POLL_S)
 

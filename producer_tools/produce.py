@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from consumer.oip.client import encode_request
 from consumer.oip.wire import CORRELATION_HEADER
+from producer_tools.cli import BadArgument, kafka_error_text, quiet_client_logs
 from producer_tools.poison import catalogue
 from producer_tools.topics import TopicMissingError, require_topic
 
@@ -199,7 +200,9 @@ def build_records(args: argparse.Namespace) -> list[Outgoing]:
     elif source.endswith(".npy"):
         good = list(npy_requests(args.run_id, Path(source), input_name(args), args.limit))
     else:
-        raise SystemExit(f"streaminfer-produce: --source must be 'digits', a .jsonl or a .npy file, got {source!r}")
+        raise BadArgument(f"--source must be 'digits', a .jsonl or a .npy file, got {source!r}")
+    if not good:
+        raise BadArgument(f"--source {source}: no records to send" + (f" (--limit {args.limit})" if args.limit else ""))
     return interleave(good, poison_requests(args.run_id) if args.poison else [])
 
 
@@ -207,7 +210,7 @@ def input_name(args: argparse.Namespace) -> str:
     """The input ``.npy`` rows go to: ``--input-name``, else the only input of ``--model-path``, else ``input``.
 
     Raises:
-        SystemExit: the model cannot be read, or has several inputs and ``--input-name`` is not given.
+        BadArgument: the model cannot be read, or has several inputs and ``--input-name`` is not given.
     """
     if args.input_name:
         return str(args.input_name)
@@ -220,9 +223,9 @@ def input_name(args: argparse.Namespace) -> str:
             i.name for i in ort.InferenceSession(str(args.model_path), providers=["CPUExecutionProvider"]).get_inputs()
         ]
     except Exception as exc:  # noqa: BLE001 (onnxruntime raises its own classes)
-        raise SystemExit(f"streaminfer-produce: --model-path {args.model_path}: {exc}") from None
+        raise BadArgument(f"--model-path {args.model_path}: {exc}") from None
     if len(names) != 1:
-        raise SystemExit(f"streaminfer-produce: the model has inputs {names}: say which with --input-name")
+        raise BadArgument(f"the model has inputs {names}: say which with --input-name")
     return str(names[0])
 
 
@@ -260,9 +263,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.rate is not None and args.rate <= 0:
         parser().error("--rate must be > 0")
+    if args.limit is not None and args.limit < 1:
+        parser().error("--limit must be >= 1")
     args.run_id = args.run_id or uuid.uuid4().hex[:8]
+    quiet_client_logs()
     try:
         records = build_records(args)
+    except BadArgument as exc:
+        print(f"streaminfer-produce: {exc}", file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:  # a missing or malformed source file
         print(f"streaminfer-produce: --source {args.source}: {exc}", file=sys.stderr)
         return 2
@@ -281,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except KafkaError as exc:
         print(
-            f"streaminfer-produce: {type(exc).__name__}: {exc} (bootstrap_servers={args.bootstrap_servers}); "
+            f"streaminfer-produce: {kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers}); "
             f"{acked} of {len(records)} records acknowledged" + (f", listed in {args.manifest}" if manifest else ""),
             file=sys.stderr,
         )

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from consumer.oip.client import decode_response
 from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
 from consumer.sink import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
+from producer_tools.cli import kafka_error_text, quiet_client_logs
 
 
 @dataclass(slots=True)
@@ -88,9 +89,21 @@ class Report:
 
 
 def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    """Correlation ID -> manifest entry, from a ``streaminfer-produce --manifest`` file."""
-    entries = (orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip())
-    return {e["correlation_id"]: e for e in entries}
+    """Correlation ID -> manifest entry, from a ``streaminfer-produce --manifest`` file.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: a line is not JSON, or not an object with a string ``correlation_id``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        entry = orjson.loads(line)
+        if not isinstance(entry, dict) or not isinstance(entry.get("correlation_id"), str):
+            raise ValueError(f"line {number} is not a manifest entry (a JSON object with a string correlation_id)")
+        out[entry["correlation_id"]] = entry
+    return out
 
 
 def _answer(rec: Any, kind: str) -> Answer | None:
@@ -246,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
+    quiet_client_logs()
     try:
         expected = read_manifest(args.manifest)
     except (OSError, ValueError) as exc:  # missing, unreadable or not JSON lines
@@ -266,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except KafkaError as exc:
         print(
-            f"streaminfer-results: {type(exc).__name__}: {exc} (bootstrap_servers={args.bootstrap_servers})",
+            f"streaminfer-results: {kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers})",
             file=sys.stderr,
         )
         return 1

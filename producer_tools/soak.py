@@ -144,7 +144,7 @@ class OpenLoop:
                 for partition in range(PARTITIONS):
                     share = due // PARTITIONS + (1 if partition < due % PARTITIONS else 0)
                     if share:
-                        pending.append(await self._send(producer, partition, share))
+                        pending += await self._send(producer, partition, share)
                 for done in [f for f in pending if f.done()]:
                     done.result()  # raises on a failed batch
                 pending = [f for f in pending if not f.done()]
@@ -153,16 +153,23 @@ class OpenLoop:
         finally:
             await producer.stop()
 
-    async def _send(self, producer: AIOKafkaProducer, partition: int, n: int) -> asyncio.Future[object]:
-        batch = producer.create_batch()
+    async def _send(self, producer: AIOKafkaProducer, partition: int, n: int) -> list[asyncio.Future[object]]:
+        """``n`` records to ``partition``, in as few producer batches as their size allows (``max_batch_size``)."""
+        futures = []
         now_ms = int(time.time() * 1000)
+        batch = producer.create_batch()
         for _ in range(n):
             cid = f"{self._tag}-{self.sent}".encode()
             value = self._values[self.sent % len(self._values)]
-            if batch.append(key=cid, value=value, timestamp=now_ms, headers=[(CORRELATION_HEADER, cid)]) is None:
-                raise RuntimeError(f"a producer batch holds fewer than {n} records: lower --rate")
+            while batch.append(key=cid, value=value, timestamp=now_ms, headers=[(CORRELATION_HEADER, cid)]) is None:
+                if batch.record_count() == 0:
+                    raise RuntimeError(f"a request of {len(value)} bytes does not fit an empty producer batch")
+                futures.append(await producer.send_batch(batch, self._topic, partition=partition))
+                batch = producer.create_batch()
             self.sent += 1
-        return await producer.send_batch(batch, self._topic, partition=partition)  # type: ignore[no-any-return]
+        if batch.record_count():
+            futures.append(await producer.send_batch(batch, self._topic, partition=partition))
+        return futures
 
 
 class Reader:

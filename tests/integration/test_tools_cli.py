@@ -4,6 +4,8 @@ records are acknowledged, so a failed run still says exactly what reached the to
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -44,6 +46,45 @@ def test_an_unreachable_broker_is_one_line_and_exit_1(tmp_path: Path, capsys: py
     assert manifest.read_bytes() == b""  # nothing reached a broker: the manifest says so
 
 
+@pytest.mark.parametrize("tool", ["producer_tools.produce", "producer_tools.results"])
+def test_an_unreachable_broker_is_exactly_one_line_from_the_tool_itself(tool: str, tmp_path: Path) -> None:
+    """As a user runs it (no test logging around it): the Kafka client's own records stay off the terminal and the
+    exception's name is not repeated."""
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"correlation_id": "x"}\n')
+    argv = ["--bootstrap-servers", f"127.0.0.1:{free_port()}", "--no-progress"]
+    argv += ["--limit", "3"] if tool.endswith("produce") else ["--manifest", str(manifest), "--timeout-s", "2"]
+    done = subprocess.run([sys.executable, "-m", tool, *argv], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"streaminfer-{tool.split('.')[-1]}: KafkaConnectionError: Unable to bootstrap")
+    assert lines[0].count("KafkaConnectionError") == 1
+
+
+def test_bad_arguments_exit_2_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from producer_tools.results import main as results_main
+
+    assert main(["--source", str(tmp_path / "rows.csv"), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"streaminfer-produce: --source must be 'digits', a .jsonl or a .npy file, got '{tmp_path / 'rows.csv'}'\n"
+    )
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["--source", str(empty), "--no-progress"]) == 2
+    assert "no records to send" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["--limit", "0"])
+    assert exited.value.code == 2
+    capsys.readouterr()
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"correlation_id": "a"}\n{"id": "x"}\n')
+    assert results_main(["--manifest", str(manifest), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"streaminfer-results: --manifest {manifest}: line 2 is not a manifest entry")
+    assert "Traceback" not in err
+
+
 def test_the_manifest_lists_every_acknowledged_record_and_the_input_comes_from_the_model(
     kafka_bootstrap: str, tmp_path: Path, digits_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -77,5 +118,5 @@ def test_results_with_a_missing_manifest_or_no_broker_fail_in_one_line(
     assert results_main(argv) == 1
     err = capsys.readouterr().err
     assert "streaminfer-results: --manifest " in err
-    assert "streaminfer-results: KafkaConnectionError" in err
+    assert "streaminfer-results: KafkaConnectionError: Unable to bootstrap" in err
     assert "Traceback" not in err

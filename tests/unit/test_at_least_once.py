@@ -4,6 +4,7 @@ producer replacement, the size ladder, revokes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 from collections.abc import Coroutine
 from pathlib import Path
@@ -301,7 +302,7 @@ async def test_a_fetch_that_left_records_behind_does_not_release_the_batcher(
 
 
 async def test_a_topic_that_does_not_exist_stops_start_up(
-    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     from consumer.errors import TopicMissingError
 
@@ -344,6 +345,8 @@ async def test_a_topic_that_does_not_exist_stops_start_up(
     with pytest.raises(TopicMissingError, match=f"^{all_three} on the cluster: create them"):
         await start
     allowed = Harness(tmp_path, digits_signature, clock, allow_auto_create_topics=True)
-    allowed.consumer.existing = set()
-    await allowed.start()  # asked for: starts and waits for the topic
+    allowed.consumer.existing = {"requests", "results"}
+    with caplog.at_level(logging.WARNING, logger="consumer.source"):
+        await allowed.start()  # asked for: starts, and says what is missing
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["dead_letter_topic 'dlq' does not exist yet"]
     await allowed.stop()

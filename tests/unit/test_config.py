@@ -113,3 +113,12 @@ def test_help_tells_the_environment_prefix_and_the_exit_codes(capsys: pytest.Cap
     assert "Exit codes: 0 clean stop" in text
     assert "3 the model cannot be served" in text
     assert "{str,null}" not in text
+
+
+def test_an_abbreviated_or_unknown_flag_is_refused_with_the_closest_flag(model: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"unrecognized arguments: --max-batch-siz 3 \(did you mean --max-batch-size\?\)"
+    ):
+        load_settings(["--model-path", str(model), "--max-batch-siz", "3"], environ={})
+    with pytest.raises(ConfigError, match="unrecognized arguments: --frobnicate; --help lists every flag"):
+        load_settings(["--model-path", str(model), "--frobnicate"], environ={})
