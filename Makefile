@@ -29,7 +29,7 @@ $(MODEL): models/digits/build.py $(STAMP)
 
 model: $(MODEL) ## build the digits ONNX model and its held-out split
 
-demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model, print one summary line
+demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model, end with a summary line
 	scripts/demo
 
 test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a real broker

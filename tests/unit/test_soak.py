@@ -23,7 +23,9 @@ def test_growth_is_measured_from_the_first_sample_after_a_minute() -> None:
     soak = Soak(minutes=2, rate=100, max_rps=200, sent=12_000, answered=12_000)
     # warm-up growth in the first minute does not count; what follows does
     rss = [50, 70, 80, 90, 95, 100, 100, 101, 102, 103, 104, 105]
-    soak.samples = samples(rss, [9, 10, 12, 12, 12, 12, 12, 12, 12, 13, 13, 14], [40] * 11 + [60])
+    soak.samples = samples(
+        rss, [9, 10, 12, 12, 12, 12, 12, 12, 12, 13, 13, 14], [500] + [40] * 10 + [60]
+    )  # a warm-up spike first
     s = soak.summary()
     assert soak.baseline().t_s == 60.0
     assert math.isclose(s["rss_growth_pct"], 5.0)
