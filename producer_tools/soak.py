@@ -11,11 +11,12 @@ writes ``soak.json`` and ``soak.png`` under ``--out``, and ends with::
 
     soak: minutes=M rss_growth_pct=G fds_growth=F tasks_growth=T p99_ms_first=A p99_ms_last=B lost=L
 
-Growth is the last sample against the baseline: the first sample at or after one minute (or half the run when it
-is shorter), since the first minute is warm-up (allocator arenas, the client's buffers, the first fetches).
+Growth is the last sample against the baseline: the first sample at or after one minute (or half the run when it is
+shorter), since the first minute is warm-up (allocator arenas, the client's buffers, the first fetches).
 ``p99_ms_first`` is the p99 of the baseline's window, ``p99_ms_last`` that of the last window. ``lost``: requests
-sent without a result or dead letter once the consumer has had ``--drain-s`` to catch up. Targets (issue "network and soak"): RSS growth <= 5 %, fds and
-tasks flat, p99 last within 1.5x of first, lost 0; they are printed, not asserted here.
+sent without a result or dead letter once the consumer has had ``--drain-s`` to catch up. Targets (issue "network
+and soak"): RSS growth <= 5 %, fds and tasks flat, p99 last within 1.5x of first, lost 0; they are printed, not
+asserted here.
 
 Exit codes: 0 the soak ran and lost nothing; 1 records were lost or the consumer died; 2 bad arguments.
 """
