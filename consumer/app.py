@@ -179,9 +179,9 @@ class StreamInferApp:
             return False, "stopping"
         if not self.joined:
             return False, "joining the consumer group"
-        link = self.link
-        if link is not None and not link.reachable and link.down_since is not None:
-            return False, f"kafka cluster unreachable for {self._clock() - link.down_since:.0f} s"
+        down_since = self.link.down_since if self.link is not None else None
+        if down_since is not None:
+            return False, f"kafka cluster unreachable for {self._clock() - down_since:.0f} s"
         return True, "ready"
 
     def liveness(self) -> tuple[bool, str]:

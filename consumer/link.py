@@ -17,6 +17,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import Gauge
 
 from consumer.logs import CLIENT_LOG_INTERVAL_S
+from consumer.timeouts import within
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +60,7 @@ class BrokerLink:
         self._held = held or (lambda: 0)
         self._interval_s = interval_s
         self._timeout_s = timeout_s
-        #: Whether the last check succeeded (True until one fails).
-        self.reachable = True
-        #: When the current outage began (the first failed check), or None while reachable.
+        #: When the current outage began (the first failed check), or None while the cluster answers.
         self.down_since: float | None = None
         #: When a check last succeeded (start-up counts), monotonic seconds.
         self.last_ok = clock()
@@ -69,23 +68,20 @@ class BrokerLink:
         if gauge is not None:
             gauge.set(1)
 
+    @property
+    def reachable(self) -> bool:
+        """Whether the last check succeeded (True until one fails)."""
+        return self.down_since is None
+
     async def check_once(self) -> bool:
         """One metadata request; logs and records a change of state. Returns whether the cluster answered."""
-        request = asyncio.ensure_future(self._check())
-        timer = asyncio.ensure_future(self._sleep(self._timeout_s))  # the injected sleep: a test's clock decides
         try:
-            await asyncio.wait({request, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-        if not request.done():
-            request.cancel()
-            await asyncio.gather(request, return_exceptions=True)
-            self._lost(TimeoutError())
-            return False
-        try:
-            request.result()
+            answered = await within(self._check(), self._timeout_s, self._sleep)
         except (KafkaError, OSError) as exc:
             self._lost(exc)
+            return False
+        if not answered:
+            self._lost(TimeoutError())
             return False
         self._answered()
         return True
@@ -99,7 +95,6 @@ class BrokerLink:
     def _lost(self, exc: BaseException) -> None:
         if not self.reachable:
             return
-        self.reachable = False
         self.down_since = self._clock()
         self._held_at_loss = self._held()
         if self._gauge is not None:
@@ -124,7 +119,6 @@ class BrokerLink:
             now - self.down_since,
             self._held() - self._held_at_loss,
         )
-        self.reachable = True
         self.down_since = None
         if self._gauge is not None:
             self._gauge.set(1)

@@ -4,7 +4,7 @@ The Kafka client (aiokafka) logs every failed connection attempt, metadata refre
 many times a second per broker while one is unreachable (measured: about 1,700 lines in a 20 s broker pause with
 an idle consumer, about 10,900 lines/s under load). :class:`ClientLogLimiter` lets through at most one record per
 message template per :data:`CLIENT_LOG_INTERVAL_S` and says how many it held back; streaminfer's own
-:class:`consumer.health.BrokerLink` writes the one line that matters ("broker unreachable", then "reachable
+:class:`consumer.link.BrokerLink` writes the one line that matters ("broker unreachable", then "reachable
 again after N s"). :data:`DEMOTED` client errors that are retried as a matter of course (the group coordinator of a
 fresh cluster is not available for a moment) are logged at INFO, so a healthy start logs no ERROR.
 """

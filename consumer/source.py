@@ -43,6 +43,11 @@ RebalanceHandler = Callable[[set[TopicPartition]], Awaitable[None]]
 TOPIC_WAIT_S, TOPIC_POLL_S = 5.0, 0.25
 
 
+def _named(topics: Mapping[str, str], singular: str, plural: str) -> str:
+    """``results_topic 'x', dead_letter_topic 'y'`` and the verb that agrees with their number."""
+    return ", ".join(f"{k} {t!r}" for k, t in topics.items()) + f" {singular if len(topics) == 1 else plural}"
+
+
 class Source:
     """The requests topic's consumer, as the delivery modes use it.
 
@@ -101,23 +106,24 @@ class Source:
         try:
             await self.consumer.start()
             if not self._auto_create:  # before subscribing: a subscription's metadata request creates the topic
-                await self._require_topic()
-            else:
-                existing = await self.consumer.topics()
-                missing = [f"{k} {t!r}" for k, t in self._required.items() if t not in existing]
-                if missing:
-                    log.warning(
-                        "%s %s not exist yet (allow_auto_create_topics: starting anyway; a broker that does not "
-                        "create topics on first use cannot take their records)",
-                        ", ".join(missing),
-                        "does" if len(missing) == 1 else "do",
-                    )
+                await self._require_topics()
+            elif missing := await self._missing_topics():
+                log.warning(
+                    "%s not exist yet (allow_auto_create_topics: starting anyway; a broker that does not create "
+                    "topics on first use cannot take their records)",
+                    _named(missing, "does", "do"),
+                )
             self.consumer.subscribe([self._topic], listener=_Rebalance(on_revoked, on_assigned))
         except BaseException:
             await self.consumer.stop()
             raise
 
-    async def _require_topic(self) -> None:
+    async def _missing_topics(self) -> dict[str, str]:
+        """Setting name -> topic of the required topics the cluster's metadata lacks (one metadata request)."""
+        existing = await self.consumer.topics()
+        return {k: t for k, t in self._required.items() if t not in existing}
+
+    async def _require_topics(self) -> None:
         """Wait up to :data:`TOPIC_WAIT_S` for the requests, results and dead-letter topics to appear in the
         cluster's metadata (a topic created just before reaches every broker's metadata a moment later).
 
@@ -125,12 +131,11 @@ class Source:
             TopicMissingError: one did not; the message names each missing topic and its setting.
         """
         deadline = self._clock() + TOPIC_WAIT_S
-        while missing := {k: t for k, t in self._required.items() if t not in await self.consumer.topics()}:
+        while missing := await self._missing_topics():
             if self._clock() >= deadline:
-                named = ", ".join(f"{k} {t!r}" for k, t in missing.items())
                 one = len(missing) == 1
                 raise TopicMissingError(
-                    f"{named} {'does' if one else 'do'} not exist on the cluster: create {'it' if one else 'them'} "
+                    f"{_named(missing, 'does', 'do')} not exist on the cluster: create {'it' if one else 'them'} "
                     f"(or fix the {'name' if one else 'names'}), or set allow_auto_create_topics=true "
                     "(--allow-auto-create-topics) to start anyway"
                 )

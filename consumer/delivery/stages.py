@@ -24,6 +24,7 @@ from consumer.runner import OnnxRunner
 from consumer.sequence import TextEncoder
 from consumer.sink import AnswerRecords
 from consumer.source import Source
+from consumer.timeouts import within
 from consumer.work import Work
 
 log = logging.getLogger(__name__)
@@ -100,24 +101,8 @@ class Stages:
         batcher.put_many(entries)
 
     async def within(self, step: Awaitable[object], seconds: float) -> bool:
-        """Await ``step`` for at most ``seconds`` (measured with the injected ``sleep``); on time out it is
-        cancelled. Returns whether it finished.
-
-        Raises:
-            BaseException: whatever ``step`` raised.
-        """
-        task = asyncio.ensure_future(step)
-        timer = asyncio.ensure_future(self.sleep(seconds))
-        try:
-            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return False
-        task.result()
-        return True
+        """:func:`consumer.timeouts.within` on the injected ``sleep``: whether ``step`` finished in ``seconds``."""
+        return await within(step, seconds, self.sleep)
 
     async def quietly(self, what: str, step: Awaitable[None]) -> None:
         """Run a shutdown step with a time limit; a broker that is gone must not turn a stop into a crash."""

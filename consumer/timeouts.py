@@ -1,0 +1,27 @@
+"""Waits bounded by the injected clock: a test's fake ``sleep`` decides when they time out, never real time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+
+async def within(step: Awaitable[object], seconds: float, sleep: Callable[[float], Awaitable[None]]) -> bool:
+    """Await ``step`` for at most ``seconds`` (measured with ``sleep``); on time out it is cancelled. Returns
+    whether it finished.
+
+    Raises:
+        BaseException: whatever ``step`` raised.
+    """
+    task = asyncio.ensure_future(step)
+    timer = asyncio.ensure_future(sleep(seconds))
+    try:
+        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return False
+    task.result()
+    return True
