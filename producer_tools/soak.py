@@ -225,20 +225,30 @@ async def measure_max(bootstrap: str, consumer: ConsumerProcess, topics: dict[st
     return throughput(stamps)
 
 
+def consumer_on(bootstrap: str, topics: dict[str, str], group: str, log: Path) -> ConsumerProcess:
+    """A digits consumer (CPU, default settings) on ``topics`` in a fresh group named after ``group`` (not started)."""
+    return ConsumerProcess(
+        {
+            "bootstrap_servers": bootstrap,
+            "model_path": MODEL,
+            "execution_provider": "cpu",
+            "requests_topic": topics["requests"],
+            "results_topic": topics["results"],
+            "dead_letter_topic": topics["dlq"],
+            "group_id": f"{group}-{uuid.uuid4().hex[:6]}",
+        },
+        log,
+    )
+
+
 async def soak(args: argparse.Namespace) -> Soak:
     import psutil
 
     out: Path = args.out
-    warmup = await new_topics(args.bootstrap_servers, f"soak-max-{uuid.uuid4().hex[:6]}")
-    topics = await new_topics(args.bootstrap_servers, f"soak-{uuid.uuid4().hex[:6]}")
-    settings = {"bootstrap_servers": args.bootstrap_servers, "model_path": MODEL, "execution_provider": "cpu"}
     max_rps = math.nan
     if args.rate is None:
-        probe = ConsumerProcess(
-            {**settings, "requests_topic": warmup["requests"], "results_topic": warmup["results"],
-             "dead_letter_topic": warmup["dlq"], "group_id": f"soak-max-{uuid.uuid4().hex[:6]}"},
-            out / "consumer-max.log",
-        )  # fmt: skip
+        warmup = await new_topics(args.bootstrap_servers, f"soak-max-{uuid.uuid4().hex[:6]}")
+        probe = consumer_on(args.bootstrap_servers, warmup, "soak-max", out / "consumer-max.log")
         probe.start()
         try:
             max_rps = await measure_max(args.bootstrap_servers, probe, warmup, args.max_records)
@@ -247,11 +257,8 @@ async def soak(args: argparse.Namespace) -> Soak:
     rate = args.rate if args.rate is not None else max_rps / 2
     measured = f"maximum {max_rps:.0f} records/s" if args.rate is None else "maximum not measured (--rate)"
     print(f"soak: {measured}; open loop at {rate:.0f} records/s for {args.minutes:g} min", file=sys.stderr)
-    consumer = ConsumerProcess(
-        {**settings, "requests_topic": topics["requests"], "results_topic": topics["results"],
-         "dead_letter_topic": topics["dlq"], "group_id": f"soak-{uuid.uuid4().hex[:6]}"},
-        out / "consumer.log",
-    )  # fmt: skip
+    topics = await new_topics(args.bootstrap_servers, f"soak-{uuid.uuid4().hex[:6]}")
+    consumer = consumer_on(args.bootstrap_servers, topics, "soak", out / "consumer.log")
     consumer.start()
     result = Soak(args.minutes, rate, max_rps)
     proc = psutil.Process(consumer.pid)
