@@ -69,7 +69,7 @@ k8s: $(STAMP) ## render every overlay (cpu, gpu, cpu-hpa) into build/k8s-*.yaml
 	@for overlay in k8s/overlays/*/; do name=$$(basename $$overlay); \
 		$(VENV)/bin/kubectl kustomize $$overlay > build/k8s-$$name.yaml && echo "build/k8s-$$name.yaml"; done
 
-kafka-start: ## start the local KRaft broker (prints its bootstrap address)
+kafka-start: ## start the local KRaft broker (prints its bootstrap address; scripts/kafka-local --help for more)
 	scripts/kafka-local start
 
 kafka-stop: ## stop the local broker

@@ -1,6 +1,6 @@
 """The consumer as a child process, for the demo, the benchmark, the fault harness and the tests: one argument list
 built from setting names (:func:`consumer_argv`), one readiness wait (``/readyz``), one bounded stop (SIGTERM, then
-SIGKILL after a grace), one :func:`free_port`.
+SIGKILL after a grace); ports from :func:`producer_tools.ports.free_port`.
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,17 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from consumer.config import Settings
+from producer_tools.ports import free_port
 
 #: How long :meth:`ConsumerProcess.terminate` waits after SIGTERM before SIGKILL, seconds: above the consumer's
 #: default ``shutdown_grace_s`` (25 s), so a clean stop is never cut short.
 STOP_GRACE_S = 40.0
-
-
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1 (the kernel's choice; free when this returns)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def consumer_argv(settings: Mapping[str, Any]) -> list[str]:

@@ -157,7 +157,11 @@ async def send_all(
         producer_tools.topics.TopicMissingError: ``topic`` does not exist (nothing was sent).
     """
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap_servers, client_id="streaminfer-produce", acks="all", linger_ms=linger_ms
+        bootstrap_servers=bootstrap_servers,
+        client_id="streaminfer-produce",
+        acks="all",
+        enable_idempotence=True,  # a send retried after a broker failure is not written twice
+        linger_ms=linger_ms,
     )
     try:
         await producer.start()

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import sys
 import time
 import urllib.request
@@ -340,7 +341,7 @@ def plot(result: Soak, path: Path) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="streaminfer-soak", description=__doc__.split("\n\n")[0])
-    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     p.add_argument("--minutes", type=float, default=10.0, help="length of the open loop, minutes")
     p.add_argument("--rate", type=float, default=None, help="records/s (default: half the measured maximum)")
     p.add_argument("--max-records", type=int, default=30_000, help="backlog that measures the maximum, records")

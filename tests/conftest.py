@@ -2,7 +2,8 @@
 
 1. ``KAFKA_BOOTSTRAP_SERVERS`` if set (``.ci/run`` starts one and sets it);
 2. testcontainers' Kafka if a Docker engine answers;
-3. ``scripts/kafka-local`` (Apache Kafka's jars via Maven, on the JDK), started for the session.
+3. :class:`producer_tools.localkafka.LocalBroker` (Apache Kafka's jars via Maven, on the JDK), started for the
+   session.
 
 With ``CI=true`` a broker that cannot be had fails the tests that need one, with the reason; elsewhere they skip.
 """
@@ -15,8 +16,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from producer_tools.localkafka import BrokerSetupError, LocalBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,21 +49,18 @@ def _docker_answers() -> bool:
 
 
 @contextlib.contextmanager
-def _local_broker(state: Path, **env: str) -> Iterator[str]:
-    """``scripts/kafka-local start`` with its own state folder (and extra ``KAFKA_LOCAL_*`` settings); yields the
-    PLAINTEXT bootstrap address and stops the broker afterwards."""
-    run_env = {**os.environ, "KAFKA_LOCAL_STATE": str(state), **env}
-    script = ROOT / "scripts" / "kafka-local"
-    started = subprocess.run(
-        [str(script), "start"], capture_output=True, text=True, env=run_env, timeout=300, check=False
-    )
-    if started.returncode != 0:
-        settings = " ".join(f"{k}={v}" for k, v in env.items())
-        _no_broker(f"{settings} scripts/kafka-local start failed:\n{started.stderr[-2000:]}".strip())
+def _local_broker(state: Path, **options: Any) -> Iterator[LocalBroker]:
+    """A :class:`LocalBroker` in its own state folder (``options`` go to it), stopped afterwards; a broker that
+    cannot start fails or skips the test (:func:`_no_broker`) with the reason."""
+    broker = LocalBroker(state, **options)
     try:
-        yield started.stdout.strip().splitlines()[-1]
+        broker.start()
+    except BrokerSetupError as exc:
+        _no_broker(f"the local broker ({options or 'defaults'}) did not start: {exc}")
+    try:
+        yield broker
     finally:
-        subprocess.run([str(script), "stop"], env=run_env, timeout=60, check=False, capture_output=True)
+        broker.stop()
 
 
 @pytest.fixture(scope="session")
@@ -75,8 +76,8 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         with KafkaContainer().with_kraft() as kafka:
             yield kafka.get_bootstrap_server()
         return
-    with _local_broker(tmp_path_factory.mktemp("kafka-local")) as address:
-        yield address
+    with _local_broker(tmp_path_factory.mktemp("kafka-local")) as broker:
+        yield broker.bootstrap
 
 
 @pytest.fixture(scope="session")
@@ -91,17 +92,13 @@ def digits_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A second local broker with TLS and SASL_SSL listeners (``KAFKA_LOCAL_SECURITY=1 scripts/kafka-local``).
+    """A second local broker with TLS and SASL_SSL listeners (``LocalBroker(security=True)``).
 
-    Yields ``security.env`` as a dict (KAFKA_LOCAL_SSL_BOOTSTRAP, KAFKA_LOCAL_SASL_SSL_BOOTSTRAP,
+    Yields its :meth:`LocalBroker.security_env` (KAFKA_LOCAL_SSL_BOOTSTRAP, KAFKA_LOCAL_SASL_SSL_BOOTSTRAP,
     KAFKA_LOCAL_CA_FILE, KAFKA_LOCAL_SASL_USERNAME, KAFKA_LOCAL_SASL_PASSWORD) plus PLAINTEXT_BOOTSTRAP.
     """
-    state = tmp_path_factory.mktemp("kafka-secure")
-    with _local_broker(state, KAFKA_LOCAL_SECURITY="1") as address:
-        lines = (state / "security.env").read_text().splitlines()
-        env = dict(line.split("=", 1) for line in lines if "=" in line)
-        env["PLAINTEXT_BOOTSTRAP"] = address
-        yield env
+    with _local_broker(tmp_path_factory.mktemp("kafka-secure"), security=True) as broker:
+        yield {**broker.security_env(), "PLAINTEXT_BOOTSTRAP": broker.bootstrap}
 
 
 @pytest.fixture(scope="session")

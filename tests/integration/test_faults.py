@@ -1,7 +1,8 @@
 """The fault-injection scenarios of ``make faults`` at small sizes (``streaminfer-faults --quick``).
 
-They start a private broker through scripts/kafka-local (the outage scenario stops and restarts it), so they
-need a JDK and Maven like the rest of the local path.
+They start a private broker (the outage scenario stops and restarts it) and a private 3-node cluster (the cluster
+scenarios kill and restart its nodes) with producer_tools.localkafka, so they need a JDK and Maven like the rest of
+the local path.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from consumer.app import StreamInferApp
 from consumer.health import Probes, serve
 from consumer.metrics import Metrics
 from consumer.runner import OnnxRunner
-from producer_tools.process import free_port
+from producer_tools.ports import free_port
 from producer_tools.produce import digits_requests, send_all
 from tests.integration.conftest import answers, settings_for
 

@@ -1,4 +1,4 @@
-"""The consumer against TLS and SASL listeners of a real broker (scripts/kafka-local in security mode)."""
+"""The consumer against TLS and SASL listeners of a real broker (the local broker in security mode)."""
 
 from __future__ import annotations
 

@@ -1,252 +1,39 @@
-"""``make faults`` / ``streaminfer-faults``: fault injection against a real broker, with the figures.
-
-Starts its own local broker (``scripts/kafka-local`` in a private state folder, topic auto-creation off, so it can
-be paused for an outage and so a missing dead-letter topic stays missing), builds nothing (the digits model must
-exist: ``make model``), runs each scenario on fresh topics and consumer groups, and prints a table::
-
-    scenario            records  lost  duplicates  dead_lettered  outcome
-    kill9                 20000     0          41              0  ok
-    ...
-    faults: scenarios=S lost=L duplicates_exactly_once=E poison_missed=P
-
-Scenarios (consumers run as separate processes, ``python -m consumer``, unless noted):
-
-- ``kill9``: records produced at a steady rate while the consumer is SIGKILLed at random moments and restarted
-  (static group membership, so the restart takes its partitions back at once). Lost must be 0 (at least once).
-- ``exactly_once``: the same with ``--delivery exactly_once``; a ``read_committed`` reader must see every
-  correlation ID exactly once.
-- ``rebalance``: a group scaled 1 -> 3 -> 1 mid-stream (dynamic membership, SIGTERM on scale-in). Lost 0.
-- ``idle_takeover``: a member without partitions for ``--idle-s`` (120 s in the full run) takes over when the
-  owner is SIGKILLed. Lost 0.
-- ``outage``: the broker is stopped for ``--outage-s`` seconds mid-stream and restarted with its data. The consumer
-  must recover by itself (or exit non-zero, and is then restarted as an orchestrator would). Lost 0; /readyz 503
-  within ``READY_BOUND_S`` of the cut and 200 again after it; at most ``OUTAGE_LOG_LINES`` log lines meanwhile,
-  one of them "cluster unreachable" and one "reachable again".
-- ``dlq_missing``: the dead-letter topic does not exist (the consumer is told to start anyway,
-  ``--allow-auto-create-topics``, on a broker that creates no topics: as if it had been deleted); the offset must
-  not be committed past the poison record; once the topic is created the dead letter lands there exactly once.
-- ``poison``: every poison kind of :mod:`producer_tools.poison` plus oversized values, repeated and non-UTF-8
-  header values, interleaved with valid records; every bad one must be dead-lettered with its reason and every
-  good one answered, without the consumer ever exiting.
-- ``graceful``: SIGTERM under load must exit 0 within the grace; after a restart nothing is lost.
-- ``slow_model`` (in process): batches that run longer than the session timeout; the member must stay in the
-  group (one assignment only) and answer everything.
-- ``backlog``: ``--backlog`` records (1,000,000 in the full run) waiting before the consumer starts; prints the
-  consumer's peak resident memory (bounded by ``max_in_flight_rows`` and the fetch buffers) and its throughput.
-- ``compression_bomb``: a zstd batch of 2,000 MiB of zeros and 300 zstd records of 20 MiB of zeros each (a few KB on
-  the wire; 30 in the quick run), then valid requests, read by a consumer under a 1.5 GiB data limit: every bomb is
-  dead-lettered ``too_large``, every valid request answered, and the consumer never exits.
-"""
+"""The single-broker scenarios of ``make faults`` (the package docstring describes each)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import math
 import os
 import random
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from consumer.errors import DeadLetterReason
 from consumer.oip.client import encode_request
 from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.bombs import bomb_producer, send_whole_batch_bomb
+from producer_tools.faults.harness import (
+    HEARTBEAT_MS,
+    MODEL,
+    OUTAGE_LOG_LINES,
+    READY_BOUND_S,
+    SESSION_TIMEOUT_MS,
+    Harness,
+    Outcome,
+    Plan,
+    count_records,
+    log_lines,
+)
 from producer_tools.poison import catalogue
-from producer_tools.process import ConsumerProcess
-from producer_tools.produce import DEFAULT_HELDOUT, Headers, Outgoing, send_all
-from producer_tools.results import Report, collect
+from producer_tools.produce import Headers, Outgoing
 from producer_tools.topics import ensure_topics
-
-ROOT = Path(__file__).resolve().parent.parent
-MODEL = ROOT / "models" / "digits" / "artifacts" / "digits.onnx"
-KAFKA_LOCAL = ROOT / "scripts" / "kafka-local"
-
-#: Group timing for harness consumers: the broker's minimum session timeout, so a SIGKILLed dynamic member
-#: is noticed quickly, ms.
-SESSION_TIMEOUT_MS = 6000
-HEARTBEAT_MS = 1000
-
-
-@dataclass
-class Outcome:
-    """One row of the table."""
-
-    scenario: str
-    records: int
-    lost: int
-    duplicates: int
-    dead_lettered: int
-    ok: bool
-    note: str = ""
-    exactly_once: bool = False
-    poison_missed: int = 0
-
-
-@dataclass
-class Plan:
-    """Sizes of one run (``--quick`` for the test suite, the defaults for ``make faults``)."""
-
-    records: int = 20_000
-    kills: int = 10
-    rate: float = 400.0  # records/s while faults happen
-    outage_s: float = 40.0
-    idle_s: float = 120.0  # how long the spare member waits without partitions before it takes over
-    backlog: int = 1_000_000
-    scenarios: list[str] = field(default_factory=list)
-
-
-#: Most consumer log lines an outage and the recovery after it may write (the Kafka client alone wrote about
-#: 10,900 a second before its records were rate-limited).
-OUTAGE_LOG_LINES = 300
-
-
-#: Longest a consumer cut off from the cluster may still answer /readyz 200, s (consumer/link.py: a check every 5 s
-#: that fails after 5 s without an answer; plus the probe's own 0.5 s cadence and 1 s timeout).
-READY_BOUND_S = 12.0
-
-
-def log_lines(path: Path) -> int:
-    """Lines in ``path`` so far (0 when it does not exist yet)."""
-    return len(path.read_text(errors="replace").splitlines()) if path.exists() else 0
-
-
-QUICK = Plan(records=600, kills=3, rate=150.0, outage_s=8.0, idle_s=10.0, backlog=5_000)
-
-
-# ------------------------------------------------------------------------------------------------ broker
-class LocalBroker:
-    """A private ``scripts/kafka-local`` broker that the harness may pause and resume."""
-
-    def __init__(self, state: Path) -> None:
-        self.env = {
-            **os.environ,
-            "KAFKA_LOCAL_STATE": str(state),
-            "KAFKA_LOCAL_SERVER_PROPS": "auto.create.topics.enable=false",
-        }
-        self.address = ""
-
-    def _run(self, *args: str) -> str:
-        done = subprocess.run(  # noqa: S603 (our own script)
-            [str(KAFKA_LOCAL), *args], env=self.env, capture_output=True, text=True, timeout=300, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"kafka-local {' '.join(args)} failed: {done.stderr[-1500:]}")
-        return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-
-    def start(self) -> str:
-        self.address = self._run("start")
-        return self.address
-
-    def pause(self) -> None:
-        self._run("pause")
-
-    def resume(self) -> None:
-        self._run("resume")
-
-    def stop(self) -> None:
-        with contextlib.suppress(RuntimeError):
-            self._run("stop")
-
-
-# ------------------------------------------------------------------------------------------------ harness
-class Harness:
-    """Shared plumbing: topics, records, producing, collecting."""
-
-    def __init__(self, bootstrap: str, work: Path, broker: LocalBroker | None) -> None:
-        self.bootstrap = bootstrap
-        self.work = work
-        self.broker = broker
-        data = np.load(DEFAULT_HELDOUT)
-        self.x, self.y = data["x"], data["y"]
-        self.consumers: list[ConsumerProcess] = []
-
-    async def new_topics(self, scenario: str, partitions: int = 4, dlq: bool = True) -> dict[str, str]:
-        tag = f"{scenario}-{uuid.uuid4().hex[:6]}"
-        names = {"requests": f"{tag}.requests", "results": f"{tag}.results", "dlq": f"{tag}.requests.dlq"}
-        wanted = {names["requests"]: partitions, names["results"]: partitions}
-        if dlq:
-            wanted[names["dlq"]] = 1
-        await ensure_topics(self.bootstrap, wanted)
-        return names
-
-    def consumer(self, topics: dict[str, str], group: str, name: str, *extra: str) -> ConsumerProcess:
-        """A consumer of ``group`` on ``topics`` (not started), its log ``<work>/<group>-<name>.log``; ``extra``: raw
-        flags after the harness's settings."""
-        settings = {
-            "bootstrap_servers": self.bootstrap,
-            "model_path": MODEL,
-            "execution_provider": "cpu",
-            "group_id": group,
-            "requests_topic": topics["requests"],
-            "results_topic": topics["results"],
-            "dead_letter_topic": topics["dlq"],
-            "session_timeout_ms": SESSION_TIMEOUT_MS,
-            "heartbeat_interval_ms": HEARTBEAT_MS,
-            "client_id": f"{group}-{name}",
-            "warmup_runs": 1,
-        }
-        proc = ConsumerProcess(settings, self.work / f"{group}-{name}.log", extra_args=extra)
-        self.consumers.append(proc)
-        return proc
-
-    def digits(self, run: str, n: int) -> list[Outgoing]:
-        """``n`` one-row requests cycling through the held-out digits, with unique correlation IDs."""
-        out = []
-        for i in range(n):
-            j = i % len(self.y)
-            cid = f"{run}-{i:07d}"
-            out.append(Outgoing(cid, encode_request(cid, {"input": self.x[j : j + 1]}), label=int(self.y[j])))
-        return out
-
-    async def produce(
-        self,
-        topic: str,
-        records: Sequence[Outgoing],
-        rate: float | None = None,
-        headers: Callable[[Outgoing], Headers] | None = None,
-    ) -> None:
-        """Send with acks=all, paced at ``rate`` records/s (``streaminfer-produce``'s own sender)."""
-        await send_all(self.bootstrap, topic, records, rate, progress=False, headers=headers)
-
-    async def answers(
-        self, topics: dict[str, str], records: Sequence[Outgoing], timeout_s: float, read_committed: bool = False
-    ) -> Report:
-        expected = {r.correlation_id: r.manifest() for r in records}
-        return await collect(
-            self.bootstrap,
-            topics["results"],
-            topics["dlq"],
-            expected,
-            timeout_s,
-            progress=False,
-            isolation_level="read_committed" if read_committed else "read_uncommitted",
-            settle_s=2.0,
-        )
-
-    async def committed(self, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-        probe = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group)
-        await probe.start()
-        try:
-            return {tp: await probe.committed(tp) for tp in tps}
-        finally:
-            await probe.stop()
-
-    def stop_all(self) -> None:
-        for proc in self.consumers:
-            proc.kill()
 
 
 # ------------------------------------------------------------------------------------------------ scenarios
@@ -405,27 +192,6 @@ async def scenario_dlq_missing(h: Harness, plan: Plan) -> Outcome:
     ok = held and lost == 0 and dl_count == 1 and after == len(records) and code == 0
     note = f"committed before topic: {before}, after: {after}; dead letters written: {dl_count}"
     return Outcome("dlq_missing", len(records), lost, dl_count - 1, report.dead_letters, ok, note)
-
-
-async def count_records(bootstrap: str, topic: str) -> int:
-    """Records in ``topic`` (end minus beginning offsets over its partitions); 0 if it does not exist."""
-    probe = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-    await probe.start()
-    try:
-        if topic not in await probe.topics():
-            return 0
-        probe.subscribe([topic])  # fetches the topic's metadata
-        for _ in range(50):
-            parts = probe.partitions_for_topic(topic)
-            if parts:
-                break
-            await asyncio.sleep(0.1)
-        tps = [TopicPartition(topic, p) for p in parts or ()]
-        ends = await probe.end_offsets(tps)
-        starts = await probe.beginning_offsets(tps)
-        return sum(ends[tp] - starts[tp] for tp in tps)
-    finally:
-        await probe.stop()
 
 
 def fuzz_records(run: str, good: list[Outgoing]) -> tuple[list[Outgoing], dict[str, Headers]]:
@@ -647,96 +413,3 @@ async def scenario_compression_bomb(h: Harness, plan: Plan) -> Outcome:
         note,
         poison_missed=missed,
     )
-
-
-SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
-    "kill9": scenario_kill9,
-    "exactly_once": lambda h, p: scenario_kill9(h, p, exactly_once=True),
-    "rebalance": scenario_rebalance,
-    "idle_takeover": scenario_idle_takeover,
-    "outage": scenario_outage,
-    "dlq_missing": scenario_dlq_missing,
-    "poison": scenario_poison,
-    "graceful": scenario_graceful,
-    "slow_model": scenario_slow_model,
-    "backlog": scenario_backlog,
-    "compression_bomb": scenario_compression_bomb,
-}
-
-
-def table(outcomes: Sequence[Outcome]) -> str:
-    """The result table and the summary line."""
-    lines = [f"{'scenario':<14}{'records':>9}{'lost':>6}{'duplicates':>12}{'dead_lettered':>15}  outcome"]
-    for o in outcomes:
-        lines.append(
-            f"{o.scenario:<14}{o.records:>9}{o.lost:>6}{o.duplicates:>12}{o.dead_lettered:>15}  "
-            f"{'ok' if o.ok else 'FAILED'}  {o.note}"
-        )
-    lost = sum(o.lost for o in outcomes)
-    dup_eos = sum(o.duplicates for o in outcomes if o.exactly_once)
-    missed = sum(o.poison_missed for o in outcomes)
-    lines.append(
-        f"faults: scenarios={len(outcomes)} lost={lost} duplicates_exactly_once={dup_eos} poison_missed={missed}"
-    )
-    return "\n".join(lines)
-
-
-async def run(plan: Plan, bootstrap: str | None, work: Path) -> list[Outcome]:
-    """Run the chosen scenarios on a private broker (or ``bootstrap``); returns the rows."""
-    broker = None
-    if bootstrap is None:
-        broker = LocalBroker(work / "kafka")
-        bootstrap = await asyncio.to_thread(broker.start)
-    harness = Harness(bootstrap, work, broker)
-    outcomes: list[Outcome] = []
-    try:
-        for name in plan.scenarios or list(SCENARIOS):
-            print(f"faults: running {name} ...", file=sys.stderr)
-            try:
-                outcome = await SCENARIOS[name](harness, plan)
-            except Exception as exc:  # noqa: BLE001 (a broken scenario is a failed row, not a crash)
-                outcome = Outcome(name, 0, 0, 0, 0, False, f"error: {exc!r}"[:200])
-            finally:
-                harness.stop_all()
-            outcomes.append(outcome)
-            print(table([outcome]).splitlines()[1], file=sys.stderr)
-    finally:
-        harness.stop_all()
-        if broker is not None:
-            await asyncio.to_thread(broker.stop)
-    return outcomes
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``streaminfer-faults``; exit 1 when any scenario failed."""
-    p = argparse.ArgumentParser(prog="streaminfer-faults", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small sizes (the test suite's run)")
-    p.add_argument("--records", type=int, help="records per scenario")
-    p.add_argument("--kills", type=int, help="SIGKILLs in kill9 and exactly_once")
-    p.add_argument("--backlog", type=int, help="records waiting in the backlog scenario")
-    p.add_argument("--outage-s", type=float, help="seconds the broker is down")
-    p.add_argument("--idle-s", type=float, help="seconds the spare member idles in idle_takeover")
-    p.add_argument("--scenarios", default="", help=f"comma-separated subset of {','.join(SCENARIOS)}")
-    p.add_argument("--bootstrap-servers", default=None, help="use this broker (no outage scenario)")
-    p.add_argument("--work-dir", type=Path, default=None, help="logs and broker state (default: a temp folder)")
-    args = p.parse_args(argv)
-    plan = Plan(**vars(QUICK)) if args.quick else Plan()
-    for name in ("records", "kills", "backlog", "outage_s", "idle_s"):
-        if getattr(args, name) is not None:
-            setattr(plan, name, getattr(args, name))
-    plan.scenarios = [s for s in args.scenarios.split(",") if s]
-    unknown = set(plan.scenarios) - set(SCENARIOS)
-    if unknown:
-        p.error(f"unknown scenarios: {sorted(unknown)}")
-    if not MODEL.exists():
-        p.error(f"{MODEL} is missing: run `make model`")
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="streaminfer-faults-"))
-    work.mkdir(parents=True, exist_ok=True)
-    outcomes = asyncio.run(run(plan, args.bootstrap_servers, work))
-    print(table(outcomes))
-    print(f"faults: logs in {work}", file=sys.stderr)
-    return 0 if all(o.ok for o in outcomes) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,839 @@
+"""A throwaway Apache Kafka on this machine, without Docker: one KRaft broker, or a cluster of three.
+
+Every node is one JVM that is both broker and controller (``process.roles=broker,controller``), run straight from
+Kafka's jars (:mod:`producer_tools.localkafka.java`). A cluster's nodes listen on 127.0.0.1, 127.0.0.2 and 127.0.0.3
+(where the loopback takes them; else all on 127.0.0.1), form a controller quorum of three voters and keep every
+topic with replication factor 3 and ``min.insync.replicas=2``, as production clusters do, so one node can be
+stopped, killed (SIGKILL) and restarted while clients carry on.
+
+Everything :class:`LocalBroker` starts is recorded in its state folder, so another process (the CLI, a test run) can
+pause, resume, stop or query the same broker::
+
+    <state>/state.json              what start recorded: cluster id, nodes (host, ports, pid, paused), JVM options
+    <state>/lock                    held (flock) while a verb changes the broker
+    <state>/classpath.txt           Kafka's jars (resolved by Maven; cached)
+    <state>/node-<id>/server.properties, kafka.log, data/
+    <state>/security/ca.pem, server.p12; <state>/security.env   security mode only (mode 600 where secret)
+
+Security mode adds two listeners to every node, next to PLAINTEXT (which stays the bootstrap address and carries
+the broker and controller traffic): ``SSL`` (TLS, server authentication only) and ``SASL_SSL`` (TLS + SASL PLAIN,
+SCRAM-SHA-256 and SCRAM-SHA-512, one user ``streaminfer`` with a random password; no authorizer). Fresh TLS material
+is made at every start (:mod:`producer_tools.localkafka.tls`).
+
+Ports are picked outside the kernel's ephemeral range (:func:`producer_tools.ports.stable_ports`), so that while a
+node is paused no client's outgoing connection can take them; resume still refuses (the node stays paused) when
+another program took one meanwhile.
+
+The methods block (they start JVMs and wait for them); from async code call them through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from producer_tools.localkafka.java import (
+    LOG4J_BROKER,
+    LOG4J_TOOLS,
+    TOOL_JVM_OPTS,
+    BrokerSetupError,
+    classpath,
+    find_java,
+)
+from producer_tools.ports import listening, ports_taken, stable_ports
+from producer_tools.topics import ensure_topics
+
+#: The SASL user of security mode.
+SASL_USER = "streaminfer"
+#: Heap of one node: a single broker has room; three share a 2-core, 24 GiB machine with the tests.
+HEAP_OPTS = {1: "-Xms64m -Xmx512m", 3: "-Xms64m -Xmx384m"}
+#: JVM options of every node besides the heap.
+BROKER_JVM_OPTS = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
+#: A cluster's nodes also skip the optimising JIT compiler: three JVMs restarting under load on two cores start
+#: in a fraction of the CPU time, and a fault-injection cluster needs no peak broker throughput.
+CLUSTER_JVM_OPTS = ("-XX:TieredStopAtLevel=1",)
+#: Seconds a node's start (or a resume) may take until it answers metadata requests.
+START_TIMEOUT_S = 90.0
+#: Seconds ``stop`` and ``pause`` wait after SIGTERM (a controlled shutdown) before SIGKILL.
+STOP_TIMEOUT_S = 20.0
+#: A cluster's controllers fence a node that sent no heartbeat for this long, ms, and only then move its partitions'
+#: leadership: Kafka's default (9 s) shortened so a killed node's partitions move within a few seconds.
+CLUSTER_SESSION_TIMEOUT_MS = 4000
+CLUSTER_HEARTBEAT_MS = 1000
+
+Status = Literal["running", "paused", "degraded", "not running"]
+
+
+@dataclass
+class Node:
+    """One broker+controller JVM. ``paused`` is "" while it should run, else how it was stopped ("term", "kill")."""
+
+    node_id: int
+    host: str
+    port: int
+    controller_port: int
+    ssl_port: int = 0
+    sasl_ssl_port: int = 0
+    pid: int = 0
+    paused: str = ""
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of its PLAINTEXT listener."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def ports(self) -> list[int]:
+        """Every port it listens on."""
+        return [p for p in (self.port, self.controller_port, self.ssl_port, self.sasl_ssl_port) if p]
+
+
+@dataclass
+class Recorded:
+    """What ``start`` writes to ``state.json`` (and every other verb reads)."""
+
+    cluster_id: str
+    nodes: list[Node]
+    java: str
+    jvm_args: list[str]
+    security: dict[str, str] = field(default_factory=dict)  # security.env's lines, empty outside security mode
+
+    @classmethod
+    def load(cls, path: Path) -> Recorded | None:
+        """The record at ``path``, or None when there is none.
+
+        Raises:
+            BrokerSetupError: the file is not a record of this module.
+        """
+        try:
+            raw = json.loads(path.read_text())
+            return cls(
+                cluster_id=raw["cluster_id"],
+                nodes=[Node(**n) for n in raw["nodes"]],
+                java=raw["java"],
+                jvm_args=list(raw["jvm_args"]),
+                security=dict(raw.get("security", {})),
+            )
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BrokerSetupError(f"{path} is not a local broker's record ({exc}); delete its folder") from exc
+
+    def save(self, path: Path) -> None:
+        """Write atomically (a crash leaves the old record or the new one, never half of one)."""
+        tmp = path.with_suffix(f".tmp.{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.replace(path)
+
+
+def cluster_id() -> str:
+    """A new KRaft cluster ID: 16 random bytes, base64url without padding, never starting with ``-`` (Kafka's own
+    tools never hand such an ID out: it reads as a flag)."""
+    while True:
+        cid = base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
+
+
+def random_word(n: int = 24) -> str:
+    """``n`` random letters and digits (passwords)."""
+    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(n))
+
+
+def node_hosts(count: int) -> list[str]:
+    """Loopback addresses for ``count`` nodes: 127.0.0.1 .. 127.0.0.N where this host binds them (Linux routes all of
+    127/8 to the loopback), else 127.0.0.1 for every node."""
+    hosts = [f"127.0.0.{i}" for i in range(1, count + 1)]
+    for host in hosts[1:]:
+        with socket.socket() as s:
+            try:
+                s.bind((host, 0))
+            except OSError:
+                return ["127.0.0.1"] * count
+    return hosts
+
+
+def server_properties(
+    node: Node,
+    nodes: Sequence[Node],
+    data: Path,
+    *,
+    keystore: Path | None = None,
+    keystore_password: str = "",
+    sasl_password: str = "",
+    extra: str = "",
+) -> str:
+    """The ``server.properties`` of ``node`` in a cluster of ``nodes`` (a single broker: ``nodes == [node]``).
+
+    Replication follows the cluster's size: factor ``len(nodes)`` for every topic (internal ones too) and
+    ``min.insync.replicas`` 2 from three nodes up, so an ``acks=all`` write survives one node down. ``extra``
+    (``KAFKA_LOCAL_SERVER_PROPS``) is appended, so it overrides what comes before.
+    """
+    factor = len(nodes)
+    min_isr = 2 if factor >= 3 else 1
+    voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in nodes)
+    listeners = [f"PLAINTEXT://{node.host}:{node.port}", f"CONTROLLER://{node.host}:{node.controller_port}"]
+    advertised = [f"PLAINTEXT://{node.host}:{node.port}"]
+    protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    if keystore is not None:
+        for name, port in (("SSL", node.ssl_port), ("SASL_SSL", node.sasl_ssl_port)):
+            listeners.append(f"{name}://{node.host}:{port}")
+            advertised.append(f"{name}://{node.host}:{port}")
+            protocols.append(f"{name}:{name}")
+    lines = [
+        "# Written by producer_tools.localkafka at start.",
+        "process.roles=broker,controller",
+        f"node.id={node.node_id}",
+        f"controller.quorum.voters={voters}",
+        f"listeners={','.join(listeners)}",
+        f"advertised.listeners={','.join(advertised)}",
+        "inter.broker.listener.name=PLAINTEXT",
+        "controller.listener.names=CONTROLLER",
+        f"listener.security.protocol.map={','.join(protocols)}",
+        f"log.dirs={data}",
+        "num.partitions=1",
+        f"default.replication.factor={factor}",
+        f"min.insync.replicas={min_isr}",
+        f"offsets.topic.replication.factor={factor}",
+        "offsets.topic.num.partitions=1",
+        f"transaction.state.log.replication.factor={factor}",
+        f"transaction.state.log.min.isr={min_isr}",
+        "transaction.state.log.num.partitions=1",
+        f"share.coordinator.state.topic.replication.factor={factor}",
+        f"share.coordinator.state.topic.min.isr={min_isr}",
+        "group.initial.rebalance.delay.ms=0",
+        "# Like most production clusters: a topic exists only once it is created, so a typo fails loudly.",
+        "auto.create.topics.enable=false",
+    ]
+    if factor > 1:
+        lines += [
+            f"broker.session.timeout.ms={CLUSTER_SESSION_TIMEOUT_MS}",
+            f"broker.heartbeat.interval.ms={CLUSTER_HEARTBEAT_MS}",
+            "unclean.leader.election.enable=false",
+        ]
+    if keystore is not None:
+        lines += [
+            "# Security mode: TLS with server auth only on SSL and SASL_SSL; SASL PLAIN (users from the JAAS config)",
+            "# and SCRAM (credentials added when the storage is formatted); no authorizer.",
+            "ssl.keystore.type=PKCS12",
+            f"ssl.keystore.location={keystore}",
+            f"ssl.keystore.password={keystore_password}",
+            f"ssl.key.password={keystore_password}",
+            "ssl.client.auth=none",
+            "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+            f'required user_{SASL_USER}="{sasl_password}";',
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        ]
+    if extra.strip():
+        lines += ["# KAFKA_LOCAL_SERVER_PROPS", extra.strip()]
+    return "\n".join(lines) + "\n"
+
+
+class LocalBroker:
+    """A local Kafka broker (``nodes=1``) or cluster (``nodes=3``) recorded in ``state``; a context manager that
+    starts it on entry and stops it (deleting its data) on exit.
+
+    Args:
+        state: its state folder (made if missing); one broker per folder.
+        nodes: how many broker+controller nodes (1, or 3 for a replicated cluster; any count from 1 to 9 works).
+        security: add the SSL and SASL_SSL listeners (see the module docstring).
+        port: the first node's PLAINTEXT port (default: a free one).
+        server_props: extra ``server.properties`` lines, appended to every node's.
+        heap_opts: the nodes' heap flags (default :data:`HEAP_OPTS`).
+        jvm_opts: extra JVM flags of the nodes.
+        start_timeout_s: how long a start or resume may take, s.
+        stop_timeout_s: how long a stop or pause waits after SIGTERM before SIGKILL, s.
+        mvn_args: extra Maven arguments (``-o`` for offline).
+        log: where progress lines go (default stderr); None: nowhere.
+
+    Raises (from the verbs):
+        BrokerSetupError: a JDK, Maven, the jars or a port is missing, or a node did not come up (its log's last
+            lines in the message).
+    """
+
+    def __init__(
+        self,
+        state: Path,
+        *,
+        nodes: int = 1,
+        security: bool = False,
+        port: int | None = None,
+        server_props: str = "",
+        heap_opts: str | None = None,
+        jvm_opts: str = "",
+        start_timeout_s: float = START_TIMEOUT_S,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+        mvn_args: Sequence[str] = (),
+        log: bool = True,
+    ) -> None:
+        if not 1 <= nodes <= 9:
+            raise ValueError(f"nodes must be between 1 and 9, got {nodes}")
+        self.state = state.resolve()
+        self.nodes = nodes
+        self.security = security
+        self.port = port
+        self.server_props = server_props
+        self.heap_opts = heap_opts or HEAP_OPTS.get(nodes, HEAP_OPTS[3])
+        self.jvm_opts = jvm_opts
+        self.start_timeout_s = start_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.mvn_args = list(mvn_args)
+        self._log = log
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ------------------------------------------------------------------------------------------- context manager
+    def __enter__(self) -> LocalBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------------------------------------- queries
+    @property
+    def record_path(self) -> Path:
+        """``state.json``."""
+        return self.state / "state.json"
+
+    def recorded(self) -> Recorded | None:
+        """What ``start`` recorded, None when nothing was started (or it was stopped)."""
+        return Recorded.load(self.record_path)
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's PLAINTEXT ``host:port``, comma-separated ("" when nothing was started)."""
+        rec = self.recorded()
+        return ",".join(n.address for n in rec.nodes) if rec else ""
+
+    def security_env(self) -> dict[str, str]:
+        """Security mode's client settings (also in ``<state>/security.env``, one ``KEY=value`` a line):
+        KAFKA_LOCAL_SSL_BOOTSTRAP, KAFKA_LOCAL_SASL_SSL_BOOTSTRAP, KAFKA_LOCAL_CA_FILE, KAFKA_LOCAL_SASL_USERNAME,
+        KAFKA_LOCAL_SASL_PASSWORD; empty outside security mode."""
+        rec = self.recorded()
+        return dict(rec.security) if rec else {}
+
+    def node(self, node_id: int) -> Node:
+        """The recorded node ``node_id``.
+
+        Raises:
+            BrokerSetupError: nothing started, or no such node.
+        """
+        rec = self._require()
+        for n in rec.nodes:
+            if n.node_id == node_id:
+                return n
+        raise BrokerSetupError(f"no node {node_id}: the nodes are {[n.node_id for n in rec.nodes]}")
+
+    def log_file(self, node_id: int) -> Path:
+        """Node ``node_id``'s broker log."""
+        return self.state / f"node-{node_id}" / "kafka.log"
+
+    def alive(self, node: Node) -> bool:
+        """Whether ``node``'s JVM runs (its recorded pid, checked to be that node's JVM, not a reused pid)."""
+        return bool(node.pid) and _is_broker(node.pid, self._props(node.node_id), self._children.get(node.node_id))
+
+    def status(self) -> tuple[Status, list[tuple[Node, str]]]:
+        """The whole broker's state and each node's ("running", "paused" or "exited": not running, not paused).
+
+        "degraded": some nodes run and others are paused or exited (a cluster during a fault).
+        """
+        rec = self.recorded()
+        if rec is None:
+            return "not running", []
+        each = [(n, "running" if self.alive(n) else "paused" if n.paused else "exited") for n in rec.nodes]
+        states = {s for _, s in each}
+        if states == {"running"}:
+            return "running", each
+        if "running" not in states:
+            return ("paused" if states == {"paused"} else "not running"), each
+        return "degraded", each
+
+    # --------------------------------------------------------------------------------------------------- verbs
+    def start(self) -> str:
+        """Start the broker (or reuse the running one recorded in ``state``) and wait until every node answers
+        metadata requests. Returns :attr:`bootstrap`.
+
+        Raises:
+            BrokerSetupError: see the class; also when a broker is paused in ``state`` (resume or stop it first).
+        """
+        with self._locked():
+            status, _ = self.status()
+            rec = self.recorded()
+            if status == "running" and rec is not None:
+                if len(rec.nodes) != self.nodes or bool(rec.security) != self.security:
+                    self._say(f"warning: reusing the running broker ({len(rec.nodes)} nodes, security "
+                              f"{'on' if rec.security else 'off'}); stop it first to change that")  # fmt: skip
+                self._say(f"already running at {self.bootstrap}")
+                return self.bootstrap
+            if status in ("paused", "degraded"):
+                raise BrokerSetupError(
+                    f"a broker in {self.state} is {status}: resume it, or stop it (deleting its data) before a "
+                    "new start"
+                )
+            if rec is not None:
+                self._say("removing the state of a broker that is no longer running")
+            self._clear()
+            return self._start_new()
+
+    def stop(self) -> None:
+        """Stop every node (SIGTERM, SIGKILL after ``stop_timeout_s``) and delete the data and the record (the
+        classpath cache stays). Nothing started: nothing to do."""
+        with self._locked():
+            rec = self.recorded()
+            if rec is None:
+                return
+            # All at once and a short grace: the data is deleted anyway, and the last node of a cluster cannot
+            # finish a controlled shutdown once the quorum is gone.
+            running = [n for n in rec.nodes if self.alive(n)]
+            self._terminate(running, kill=False, grace_s=min(5.0, self.stop_timeout_s), say=False)
+            self._say(f"stopped the broker at {','.join(n.address for n in rec.nodes)}")
+            self._clear()
+
+    def pause(self, node_id: int | None = None, *, kill: bool = False) -> None:
+        """An outage: stop node ``node_id`` (default: every node) but keep its data, ports, configuration and TLS
+        material. SIGTERM (a controlled shutdown: leadership moves first), or with ``kill`` SIGKILL at once (a
+        crash). A node already paused stays so.
+
+        Raises:
+            BrokerSetupError: nothing is started, or no such node.
+        """
+        with self._locked():
+            rec = self._require()
+            chosen = [n for n in rec.nodes if node_id is None or n.node_id == node_id]
+            if not chosen:
+                raise BrokerSetupError(f"no node {node_id}: the nodes are {[n.node_id for n in rec.nodes]}")
+            running = [n for n in chosen if self.alive(n)]
+            for node in chosen:
+                node.paused = ("kill" if kill else "term") if node in running else (node.paused or "term")
+            rec.save(self.record_path)  # marked first: from now on a node that is not running is paused
+            started = time.monotonic()
+            self._terminate(running, kill=kill)
+            for node in running:
+                node.pid = 0
+            rec.save(self.record_path)
+            if running:
+                self._say(f"paused node(s) {[n.node_id for n in running]} ({'SIGKILL' if kill else 'SIGTERM'}) after "
+                          f"{time.monotonic() - started:.1f} s")  # fmt: skip
+
+    def resume(self, node_id: int | None = None) -> str:
+        """Start paused node ``node_id`` (default: every paused node) again: same data, ports and security; returns
+        once it answers metadata requests. Returns :attr:`bootstrap`.
+
+        Raises:
+            BrokerSetupError: nothing is started, or a port was taken meanwhile (the node stays paused), or it did
+                not come back within ``start_timeout_s``.
+        """
+        with self._locked():
+            rec = self._require()
+            chosen = [n for n in rec.nodes if (node_id is None or n.node_id == node_id) and not self.alive(n)]
+            if node_id is not None and not any(n.node_id == node_id for n in rec.nodes):
+                raise BrokerSetupError(f"no node {node_id}: the nodes are {[n.node_id for n in rec.nodes]}")
+            for node in chosen:
+                taken = ports_taken(node.ports, node.host)
+                if taken:
+                    raise BrokerSetupError(
+                        f"cannot resume node {node.node_id} at {node.address}: port(s) {taken} on {node.host} are in "
+                        "use by another program; it stays paused (free them and resume again, or stop to discard it)"
+                    )
+            if not chosen:
+                return self.bootstrap
+            jars = classpath(self.state, self.mvn_args)
+            started = time.monotonic()
+            for node in chosen:
+                with self.log_file(node.node_id).open("a") as out:
+                    out.write(f"[localkafka] resuming (paused: {node.paused or 'exited'})\n")
+                self._launch(rec, node, jars)
+                rec.save(self.record_path)
+            self._await(rec, chosen, time.monotonic() + self.start_timeout_s)
+            for node in chosen:
+                node.paused = ""
+            rec.save(self.record_path)
+            self._say(f"resumed node(s) {[n.node_id for n in chosen]} after {time.monotonic() - started:.1f} s")
+            return self.bootstrap
+
+    def restart(self, node_id: int, *, kill: bool = False) -> None:
+        """:meth:`pause` node ``node_id`` (SIGTERM, or SIGKILL with ``kill``), then :meth:`resume` it."""
+        self.pause(node_id, kill=kill)
+        self.resume(node_id)
+
+    def create_topics(
+        self, partitions: Mapping[str, int], configs: Mapping[str, Mapping[str, str]] | None = None
+    ) -> None:
+        """Create each topic (name -> partition count) unless it exists, with the cluster's replication factor.
+
+        Raises:
+            BrokerSetupError: nothing is started.
+            aiokafka.errors.KafkaError: the broker refused.
+        """
+        rec = self._require()
+        cfg = {k: dict(v) for k, v in (configs or {}).items()}
+        asyncio.run(ensure_topics(self.bootstrap, dict(partitions), replication_factor=len(rec.nodes), configs=cfg))
+
+    def topics(self) -> list[str]:
+        """The topic names on the broker, sorted (internal ones included).
+
+        Raises:
+            BrokerSetupError: nothing is started.
+            aiokafka.errors.KafkaError: the request failed.
+        """
+        self._require()
+
+        async def names() -> list[str]:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="localkafka")
+            await admin.start()
+            try:
+                return sorted(await admin.list_topics())
+            finally:
+                await admin.close()
+
+        return asyncio.run(names())
+
+    def partitions(self) -> dict[tuple[str, int], tuple[int, list[int], list[int]]]:
+        """Every partition's (leader, replicas, in-sync replicas) as the cluster reports them: broker IDs, which are
+        the node IDs (leader -1: none).
+
+        Raises:
+            BrokerSetupError: nothing is started.
+            aiokafka.errors.KafkaError: the request failed.
+        """
+        self._require()
+        return asyncio.run(_partitions(self.bootstrap))
+
+    def wait_in_sync(self, timeout_s: float = 120.0) -> float:
+        """Wait until every partition's in-sync replicas are all its replicas (no under-replicated partition: what
+        a rolling restart waits for between nodes). Returns the seconds it took.
+
+        Raises:
+            BrokerSetupError: still under-replicated after ``timeout_s`` (the partitions named).
+        """
+        self._require()
+        started = time.monotonic()
+        lagging: list[str] = []
+        while time.monotonic() - started < timeout_s:
+            with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                parts = asyncio.run(_partitions(self.bootstrap))
+                lagging = [f"{t}-{p}" for (t, p), (_, replicas, isr) in parts.items() if set(isr) != set(replicas)]
+                if not lagging:
+                    return time.monotonic() - started
+            time.sleep(0.5)
+        raise BrokerSetupError(f"partitions still under-replicated after {timeout_s:.0f} s: {lagging[:10]}")
+
+    # --------------------------------------------------------------------------------------------------- inside
+    def _say(self, line: str) -> None:
+        if self._log:
+            print(f"kafka-local: {line}", file=sys.stderr, flush=True)
+
+    def _require(self) -> Recorded:
+        rec = self.recorded()
+        if rec is None:
+            raise BrokerSetupError(f"no broker is started in {self.state} (start one first)")
+        return rec
+
+    def _props(self, node_id: int) -> Path:
+        return self.state / f"node-{node_id}" / "server.properties"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold ``<state>/lock`` (flock), so two commands never start or stop the same broker at once."""
+        self.state.mkdir(parents=True, exist_ok=True)
+        with (self.state / "lock").open("w") as lock:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise BrokerSetupError(f"another command holds {self.state / 'lock'}") from None
+                    time.sleep(0.1)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _clear(self) -> None:
+        """Delete what a start made (the record, the nodes' folders, the TLS material), never the classpath cache."""
+        self.record_path.unlink(missing_ok=True)
+        (self.state / "security.env").unlink(missing_ok=True)
+        for path in [*self.state.glob("node-*"), self.state / "security"]:
+            shutil.rmtree(path, ignore_errors=True)
+        self._children.clear()
+
+    def _start_new(self) -> str:
+        java = find_java()
+        jars = classpath(self.state, self.mvn_args)
+        (self.state / "log4j2-broker.properties").write_text(LOG4J_BROKER)
+        (self.state / "log4j2-tools.properties").write_text(LOG4J_TOOLS)
+        hosts = node_hosts(self.nodes)
+        keystore: Path | None = None
+        ks_pass = sasl_pass = ""
+        security: dict[str, str] = {}
+        if self.security:
+            from producer_tools.localkafka.tls import make_tls_material  # cryptography: only security mode needs it
+
+            ks_pass, sasl_pass = random_word(), random_word()
+            material = make_tls_material(
+                self.state / "security", sorted(set(hosts)), ks_pass, f"kafka-local CA {random_word(8)}"
+            )
+            keystore = material.keystore
+        nodes: list[Node] = []
+        per_node = 4 if self.security else 2
+        for i, host in enumerate(hosts, start=1):
+            wanted = self.port if i == 1 and self.port else None
+            if wanted is not None and ports_taken([wanted], host):
+                raise BrokerSetupError(f"port {wanted} on {host} is already in use")
+            exclude = [p for n in nodes for p in n.ports] + ([wanted] if wanted else [])
+            picked = stable_ports(per_node - (1 if wanted else 0), host, exclude=exclude)
+            if wanted:
+                picked = [wanted, *picked]
+            ssl, sasl = (picked[2], picked[3]) if self.security else (0, 0)
+            nodes.append(Node(i, host, picked[0], picked[1], ssl, sasl))
+        rec = Recorded(cluster_id(), nodes, str(java), self._jvm_args())
+        for node in nodes:
+            folder = self.state / f"node-{node.node_id}"
+            (folder / "data").mkdir(parents=True)
+            props = server_properties(node, nodes, folder / "data", keystore=keystore, keystore_password=ks_pass,
+                                      sasl_password=sasl_pass, extra=self.server_props)  # fmt: skip
+            fd = os.open(self._props(node.node_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(props)
+        self._format(rec, jars, sasl_pass)
+        if self.security:
+            security = {
+                "KAFKA_LOCAL_SSL_BOOTSTRAP": ",".join(f"{n.host}:{n.ssl_port}" for n in nodes),
+                "KAFKA_LOCAL_SASL_SSL_BOOTSTRAP": ",".join(f"{n.host}:{n.sasl_ssl_port}" for n in nodes),
+                "KAFKA_LOCAL_CA_FILE": str(self.state / "security" / "ca.pem"),
+                "KAFKA_LOCAL_SASL_USERNAME": SASL_USER,
+                "KAFKA_LOCAL_SASL_PASSWORD": sasl_pass,
+            }
+            rec.security = security
+        rec.save(self.record_path)
+        self._say(f"starting {self.nodes} node(s) at {','.join(n.address for n in nodes)}; logs in "
+                  f"{self.state}/node-*/kafka.log")  # fmt: skip
+        started = time.monotonic()
+        try:
+            for node in nodes:
+                self._launch(rec, node, jars)
+            rec.save(self.record_path)
+            self._await(rec, nodes, time.monotonic() + self.start_timeout_s)
+        except BaseException:
+            self._terminate([n for n in nodes if self.alive(n)], kill=True)
+            self._clear()
+            raise
+        if security:
+            env = self.state / "security.env"
+            fd = os.open(env, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.writelines(f"{k}={shlex.quote(v)}\n" for k, v in security.items())
+            self._say(f"security mode: SSL at {security['KAFKA_LOCAL_SSL_BOOTSTRAP']}, SASL_SSL (PLAIN, "
+                      f"SCRAM-SHA-256/512, user {SASL_USER}) at {security['KAFKA_LOCAL_SASL_SSL_BOOTSTRAP']}; client "
+                      f"settings in {env}")  # fmt: skip
+        self._say(f"ready after {time.monotonic() - started:.1f} s")
+        return self.bootstrap
+
+    def _jvm_args(self) -> list[str]:
+        return [
+            *shlex.split(self.heap_opts),
+            *BROKER_JVM_OPTS,
+            *(CLUSTER_JVM_OPTS if self.nodes > 1 else ()),
+            *shlex.split(self.jvm_opts),
+            f"-Dlog4j2.configurationFile={self.state / 'log4j2-broker.properties'}",
+        ]
+
+    def _format(self, rec: Recorded, jars: str, sasl_pass: str) -> None:
+        """Format every node's storage with the cluster ID (side by side: JVM start-up is most of the cost)."""
+        scram: list[str] = []
+        if sasl_pass:
+            for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                scram += ["--add-scram", f"{mech}=[name={SASL_USER},password={sasl_pass}]"]
+        tools = f"-Dlog4j2.configurationFile={self.state / 'log4j2-tools.properties'}"
+        running = [
+            (node, subprocess.Popen(  # noqa: S603 (the JDK's java with Kafka's own StorageTool)
+                [rec.java, *TOOL_JVM_OPTS, tools, "-cp", jars, "kafka.tools.StorageTool", "format",
+                 "--ignore-formatted", "-t", rec.cluster_id, "-c", str(self._props(node.node_id)), *scram],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            ))
+            for node in rec.nodes
+        ]  # fmt: skip
+        for node, proc in running:
+            out, _ = proc.communicate(timeout=300)
+            if proc.returncode != 0:
+                self._clear()
+                raise BrokerSetupError(
+                    f"formatting node {node.node_id}'s storage failed:\n{out.decode(errors='replace')[-2000:]}"
+                )
+
+    def _launch(self, rec: Recorded, node: Node, jars: str) -> None:
+        """Start ``node``'s JVM in a session of its own (it outlives this process), output appended to its log."""
+        folder = self.state / f"node-{node.node_id}"
+        with (folder / "kafka.log").open("ab") as out:
+            proc = subprocess.Popen(  # noqa: S603 (the JDK's java running Kafka)
+                [rec.java, *rec.jvm_args, f"-Dkafka.logs.dir={folder}", "-cp", jars, "kafka.Kafka",
+                 str(self._props(node.node_id))],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        self._children[node.node_id] = proc
+        node.pid = proc.pid
+
+    def _await(self, rec: Recorded, nodes: Sequence[Node], deadline: float) -> None:
+        """Wait until each of ``nodes`` listens on all its ports and the cluster's metadata lists it (registered and
+        unfenced).
+
+        Raises:
+            BrokerSetupError: a node exited, or the deadline passed (its log's last lines in the message).
+        """
+        pending = list(nodes)
+        while pending:
+            node = pending[0]
+            if not self.alive(node):
+                raise BrokerSetupError(f"node {node.node_id} exited during start-up; {self._tail(node)}")
+            if time.monotonic() > deadline:
+                raise BrokerSetupError(f"node {node.node_id} did not come up within {self.start_timeout_s:.0f} s; "
+                                       f"{self._tail(node)}")  # fmt: skip
+            if all(listening(node.host, p) for p in node.ports):
+                with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                    if node.node_id in asyncio.run(_broker_ids(node.address, 2.0)):
+                        pending.pop(0)
+                        continue
+            time.sleep(0.25)
+
+    def _tail(self, node: Node, lines: int = 40) -> str:
+        log = self.log_file(node.node_id)
+        text = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
+        return f"last lines of {log}:\n" + "\n".join(text)
+
+    def _terminate(self, nodes: Sequence[Node], *, kill: bool, grace_s: float | None = None, say: bool = True) -> None:
+        """SIGTERM every one of ``nodes`` at once and wait up to ``grace_s`` (default ``stop_timeout_s``), then
+        SIGKILL what is left; or SIGKILL at once with ``kill``. Returns once every thread of each JVM is gone (a
+        killed JVM's main thread turns zombie while the threads holding its sockets still exit).
+
+        Raises:
+            BrokerSetupError: a node was still there 30 s after SIGKILL.
+        """
+        grace = self.stop_timeout_s if grace_s is None else grace_s
+        for node in nodes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        deadline = time.monotonic() + (0 if kill else grace)
+        for node in nodes:
+            child = self._children.get(node.node_id)
+            if not kill and not _wait_gone(node.pid, child, max(0.0, deadline - time.monotonic())):
+                if say:
+                    self._say(f"node {node.node_id} (pid {node.pid}) still running after {grace:.0f} s: SIGKILL")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(node.pid, signal.SIGKILL)
+            if not _wait_gone(node.pid, child, 30.0):
+                raise BrokerSetupError(f"could not stop node {node.node_id} (pid {node.pid})")
+            self._children.pop(node.node_id, None)
+
+
+async def _broker_ids(bootstrap: str, timeout_s: float) -> set[int]:
+    """The broker IDs in a metadata response from ``bootstrap`` (KRaft lists only registered, unfenced brokers)."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, client_id="localkafka", request_timeout_ms=int(timeout_s * 1000)
+    )
+    try:
+        await asyncio.wait_for(admin.start(), timeout_s)
+        described = await asyncio.wait_for(admin.describe_cluster(), timeout_s)
+        return {int(b["node_id"]) for b in described["brokers"]}
+    finally:
+        with contextlib.suppress(KafkaError, OSError):
+            await admin.close()
+
+
+async def _partitions(bootstrap: str) -> dict[tuple[str, int], tuple[int, list[int], list[int]]]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="localkafka")
+    await admin.start()
+    try:
+        out = {}
+        for topic in await admin.describe_topics():
+            for part in topic["partitions"]:
+                out[(topic["topic"], int(part["partition"]))] = (
+                    int(part["leader"]),
+                    [int(r) for r in part["replicas"]],
+                    [int(r) for r in part["isr"]],
+                )
+        return out
+    finally:
+        await admin.close()
+
+
+def _is_broker(pid: int, props: Path, child: subprocess.Popen[bytes] | None) -> bool:
+    """``pid`` runs (not a zombie) and is the JVM started with ``props`` (a pid reused by another program is not)."""
+    if child is not None and child.poll() is not None:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        if not Path("/proc/self").exists():  # no procfs: trust the pid
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return False
+            return True
+        return False
+    if stat.rpartition(")")[2].split()[0] in ("Z", "X"):
+        return False
+    return str(props).encode() in cmdline
+
+
+def _wait_gone(pid: int, child: subprocess.Popen[bytes] | None, timeout_s: float) -> bool:
+    """Wait until ``pid`` and all its threads have ended (reaping it when it is our child); False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if child is not None:
+            try:
+                child.wait(timeout=0.1)
+                return True
+            except subprocess.TimeoutExpired:
+                continue
+        if not _threads_left(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _threads_left(pid: int) -> bool:
+    """Whether any thread of ``pid`` still runs (zombie threads count as ended)."""
+    if not Path("/proc/self").exists():  # no procfs: the process as a whole
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            state = stat.read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
