@@ -5,7 +5,8 @@ run on the JDK), records it in a state folder, and can stop, kill and restart it
 (and ``streaminfer-kafka-local``) is its command line: :mod:`producer_tools.localkafka.cli`.
 """
 
-from producer_tools.localkafka.broker import LocalBroker, Node, Status
+from producer_tools.localkafka.broker import LocalBroker, Status
 from producer_tools.localkafka.java import BrokerSetupError
+from producer_tools.localkafka.nodes import Node
 
 __all__ = ["BrokerSetupError", "LocalBroker", "Node", "Status"]

@@ -30,22 +30,16 @@ The methods block (they start JVMs and wait for them); from async code call them
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import fcntl
-import json
 import os
-import secrets
 import shlex
 import shutil
 import signal
-import socket
-import string
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -61,11 +55,19 @@ from producer_tools.localkafka.java import (
     classpath,
     find_java,
 )
+from producer_tools.localkafka.nodes import (
+    SASL_USER,
+    Node,
+    Recorded,
+    cluster_id,
+    node_hosts,
+    random_word,
+    server_properties,
+)
+from producer_tools.localkafka.procs import is_broker, wait_gone
 from producer_tools.ports import listening, ports_taken, stable_ports
 from producer_tools.topics import ensure_topics
 
-#: The SASL user of security mode.
-SASL_USER = "streaminfer"
 #: Heap of one node: a single broker has room; three share a 2-core, 24 GiB machine with the tests.
 HEAP_OPTS = {1: "-Xms64m -Xmx512m", 3: "-Xms64m -Xmx384m"}
 #: JVM options of every node besides the heap.
@@ -77,181 +79,8 @@ CLUSTER_JVM_OPTS = ("-XX:TieredStopAtLevel=1",)
 START_TIMEOUT_S = 90.0
 #: Seconds ``stop`` and ``pause`` wait after SIGTERM (a controlled shutdown) before SIGKILL.
 STOP_TIMEOUT_S = 20.0
-#: A cluster's controllers fence a node that sent no heartbeat for this long, ms, and only then move its partitions'
-#: leadership: Kafka's default (9 s) shortened so a killed node's partitions move within a few seconds.
-CLUSTER_SESSION_TIMEOUT_MS = 4000
-CLUSTER_HEARTBEAT_MS = 1000
-
+#: The whole broker's state (:meth:`LocalBroker.status`).
 Status = Literal["running", "paused", "degraded", "not running"]
-
-
-@dataclass
-class Node:
-    """One broker+controller JVM. ``paused`` is "" while it should run, else how it was stopped ("term", "kill")."""
-
-    node_id: int
-    host: str
-    port: int
-    controller_port: int
-    ssl_port: int = 0
-    sasl_ssl_port: int = 0
-    pid: int = 0
-    paused: str = ""
-
-    @property
-    def address(self) -> str:
-        """``host:port`` of its PLAINTEXT listener."""
-        return f"{self.host}:{self.port}"
-
-    @property
-    def ports(self) -> list[int]:
-        """Every port it listens on."""
-        return [p for p in (self.port, self.controller_port, self.ssl_port, self.sasl_ssl_port) if p]
-
-
-@dataclass
-class Recorded:
-    """What ``start`` writes to ``state.json`` (and every other verb reads)."""
-
-    cluster_id: str
-    nodes: list[Node]
-    java: str
-    jvm_args: list[str]
-    security: dict[str, str] = field(default_factory=dict)  # security.env's lines, empty outside security mode
-
-    @classmethod
-    def load(cls, path: Path) -> Recorded | None:
-        """The record at ``path``, or None when there is none.
-
-        Raises:
-            BrokerSetupError: the file is not a record of this module.
-        """
-        try:
-            raw = json.loads(path.read_text())
-            return cls(
-                cluster_id=raw["cluster_id"],
-                nodes=[Node(**n) for n in raw["nodes"]],
-                java=raw["java"],
-                jvm_args=list(raw["jvm_args"]),
-                security=dict(raw.get("security", {})),
-            )
-        except FileNotFoundError:
-            return None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BrokerSetupError(f"{path} is not a local broker's record ({exc}); delete its folder") from exc
-
-    def save(self, path: Path) -> None:
-        """Write atomically (a crash leaves the old record or the new one, never half of one)."""
-        tmp = path.with_suffix(f".tmp.{os.getpid()}")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        tmp.replace(path)
-
-
-def cluster_id() -> str:
-    """A new KRaft cluster ID: 16 random bytes, base64url without padding, never starting with ``-`` (Kafka's own
-    tools never hand such an ID out: it reads as a flag)."""
-    while True:
-        cid = base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
-        if not cid.startswith("-"):
-            return cid
-
-
-def random_word(n: int = 24) -> str:
-    """``n`` random letters and digits (passwords)."""
-    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(n))
-
-
-def node_hosts(count: int) -> list[str]:
-    """Loopback addresses for ``count`` nodes: 127.0.0.1 .. 127.0.0.N where this host binds them (Linux routes all of
-    127/8 to the loopback), else 127.0.0.1 for every node."""
-    hosts = [f"127.0.0.{i}" for i in range(1, count + 1)]
-    for host in hosts[1:]:
-        with socket.socket() as s:
-            try:
-                s.bind((host, 0))
-            except OSError:
-                return ["127.0.0.1"] * count
-    return hosts
-
-
-def server_properties(
-    node: Node,
-    nodes: Sequence[Node],
-    data: Path,
-    *,
-    keystore: Path | None = None,
-    keystore_password: str = "",
-    sasl_password: str = "",
-    extra: str = "",
-) -> str:
-    """The ``server.properties`` of ``node`` in a cluster of ``nodes`` (a single broker: ``nodes == [node]``).
-
-    Replication follows the cluster's size: factor ``len(nodes)`` for every topic (internal ones too) and
-    ``min.insync.replicas`` 2 from three nodes up, so an ``acks=all`` write survives one node down. ``extra``
-    (``KAFKA_LOCAL_SERVER_PROPS``) is appended, so it overrides what comes before.
-    """
-    factor = len(nodes)
-    min_isr = 2 if factor >= 3 else 1
-    voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in nodes)
-    listeners = [f"PLAINTEXT://{node.host}:{node.port}", f"CONTROLLER://{node.host}:{node.controller_port}"]
-    advertised = [f"PLAINTEXT://{node.host}:{node.port}"]
-    protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
-    if keystore is not None:
-        for name, port in (("SSL", node.ssl_port), ("SASL_SSL", node.sasl_ssl_port)):
-            listeners.append(f"{name}://{node.host}:{port}")
-            advertised.append(f"{name}://{node.host}:{port}")
-            protocols.append(f"{name}:{name}")
-    lines = [
-        "# Written by producer_tools.localkafka at start.",
-        "process.roles=broker,controller",
-        f"node.id={node.node_id}",
-        f"controller.quorum.voters={voters}",
-        f"listeners={','.join(listeners)}",
-        f"advertised.listeners={','.join(advertised)}",
-        "inter.broker.listener.name=PLAINTEXT",
-        "controller.listener.names=CONTROLLER",
-        f"listener.security.protocol.map={','.join(protocols)}",
-        f"log.dirs={data}",
-        "num.partitions=1",
-        f"default.replication.factor={factor}",
-        f"min.insync.replicas={min_isr}",
-        f"offsets.topic.replication.factor={factor}",
-        "offsets.topic.num.partitions=1",
-        f"transaction.state.log.replication.factor={factor}",
-        f"transaction.state.log.min.isr={min_isr}",
-        "transaction.state.log.num.partitions=1",
-        f"share.coordinator.state.topic.replication.factor={factor}",
-        f"share.coordinator.state.topic.min.isr={min_isr}",
-        "group.initial.rebalance.delay.ms=0",
-        "# Like most production clusters: a topic exists only once it is created, so a typo fails loudly.",
-        "auto.create.topics.enable=false",
-    ]
-    if factor > 1:
-        lines += [
-            f"broker.session.timeout.ms={CLUSTER_SESSION_TIMEOUT_MS}",
-            f"broker.heartbeat.interval.ms={CLUSTER_HEARTBEAT_MS}",
-            "unclean.leader.election.enable=false",
-        ]
-    if keystore is not None:
-        lines += [
-            "# Security mode: TLS with server auth only on SSL and SASL_SSL; SASL PLAIN (users from the JAAS config)",
-            "# and SCRAM (credentials added when the storage is formatted); no authorizer.",
-            "ssl.keystore.type=PKCS12",
-            f"ssl.keystore.location={keystore}",
-            f"ssl.keystore.password={keystore_password}",
-            f"ssl.key.password={keystore_password}",
-            "ssl.client.auth=none",
-            "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-            "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
-            f'required user_{SASL_USER}="{sasl_password}";',
-            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config="
-            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
-            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
-            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
-        ]
-    if extra.strip():
-        lines += ["# KAFKA_LOCAL_SERVER_PROPS", extra.strip()]
-    return "\n".join(lines) + "\n"
 
 
 class LocalBroker:
@@ -357,7 +186,7 @@ class LocalBroker:
 
     def alive(self, node: Node) -> bool:
         """Whether ``node``'s JVM runs (its recorded pid, checked to be that node's JVM, not a reused pid)."""
-        return bool(node.pid) and _is_broker(node.pid, self._props(node.node_id), self._children.get(node.node_id))
+        return bool(node.pid) and is_broker(node.pid, self._props(node.node_id), self._children.get(node.node_id))
 
     def status(self) -> tuple[Status, list[tuple[Node, str]]]:
         """The whole broker's state and each node's ("running", "paused" or "exited": not running, not paused).
@@ -744,12 +573,12 @@ class LocalBroker:
         deadline = time.monotonic() + (0 if kill else grace)
         for node in nodes:
             child = self._children.get(node.node_id)
-            if not kill and not _wait_gone(node.pid, child, max(0.0, deadline - time.monotonic())):
+            if not kill and not wait_gone(node.pid, child, max(0.0, deadline - time.monotonic())):
                 if say:
                     self._say(f"node {node.node_id} (pid {node.pid}) still running after {grace:.0f} s: SIGKILL")
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(node.pid, signal.SIGKILL)
-            if not _wait_gone(node.pid, child, 30.0):
+            if not wait_gone(node.pid, child, 30.0):
                 raise BrokerSetupError(f"could not stop node {node.node_id} (pid {node.pid})")
             self._children.pop(node.node_id, None)
 
@@ -783,57 +612,3 @@ async def _partitions(bootstrap: str) -> dict[tuple[str, int], tuple[int, list[i
         return out
     finally:
         await admin.close()
-
-
-def _is_broker(pid: int, props: Path, child: subprocess.Popen[bytes] | None) -> bool:
-    """``pid`` runs (not a zombie) and is the JVM started with ``props`` (a pid reused by another program is not)."""
-    if child is not None and child.poll() is not None:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        if not Path("/proc/self").exists():  # no procfs: trust the pid
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                return False
-            return True
-        return False
-    if stat.rpartition(")")[2].split()[0] in ("Z", "X"):
-        return False
-    return str(props).encode() in cmdline
-
-
-def _wait_gone(pid: int, child: subprocess.Popen[bytes] | None, timeout_s: float) -> bool:
-    """Wait until ``pid`` and all its threads have ended (reaping it when it is our child); False on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if child is not None:
-            try:
-                child.wait(timeout=0.1)
-                return True
-            except subprocess.TimeoutExpired:
-                continue
-        if not _threads_left(pid):
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _threads_left(pid: int) -> bool:
-    """Whether any thread of ``pid`` still runs (zombie threads count as ended)."""
-    if not Path("/proc/self").exists():  # no procfs: the process as a whole
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return False
-        return True
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        try:
-            state = stat.read_text().rpartition(")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("Z", "X"):
-            return True
-    return False

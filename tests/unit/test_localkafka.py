@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 
 from producer_tools.faults.cluster import longest_stall_s
 from producer_tools.localkafka import BrokerSetupError, LocalBroker, Node
-from producer_tools.localkafka.broker import Recorded, cluster_id, server_properties
 from producer_tools.localkafka.cli import main as cli
 from producer_tools.localkafka.java import classpath, find_java, java_major
+from producer_tools.localkafka.nodes import Recorded, cluster_id, server_properties
 from producer_tools.localkafka.tls import make_tls_material
 from producer_tools.ports import listening, ports_taken, stable_ports, stable_windows
 from producer_tools.results import Answer, Report, build_report

@@ -1,0 +1,62 @@
+"""The nodes' JVMs as processes: is a pid still that node's JVM, and has it ended (every thread of it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+
+def is_broker(pid: int, props: Path, child: subprocess.Popen[bytes] | None) -> bool:
+    """``pid`` runs (not a zombie) and is the JVM started with ``props`` (a pid reused by another program is not)."""
+    if child is not None and child.poll() is not None:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        if not Path("/proc/self").exists():  # no procfs: trust the pid
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return False
+            return True
+        return False
+    if stat.rpartition(")")[2].split()[0] in ("Z", "X"):
+        return False
+    return str(props).encode() in cmdline
+
+
+def wait_gone(pid: int, child: subprocess.Popen[bytes] | None, timeout_s: float) -> bool:
+    """Wait until ``pid`` and all its threads have ended (reaping it when it is our child); False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if child is not None:
+            try:
+                child.wait(timeout=0.1)
+                return True
+            except subprocess.TimeoutExpired:
+                continue
+        if not threads_left(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def threads_left(pid: int) -> bool:
+    """Whether any thread of ``pid`` still runs (zombie threads count as ended)."""
+    if not Path("/proc/self").exists():  # no procfs: the process as a whole
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            state = stat.read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
