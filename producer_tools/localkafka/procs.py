@@ -9,9 +9,13 @@ from pathlib import Path
 
 
 def is_broker(pid: int, props: Path, child: subprocess.Popen[bytes] | None) -> bool:
-    """``pid`` runs (not a zombie) and is the JVM started with ``props`` (a pid reused by another program is not)."""
-    if child is not None and child.poll() is not None:
-        return False
+    """``pid`` runs (not a zombie) and is the JVM started with ``props`` (a pid reused by another program is not).
+
+    ``child``: this process's own handle on it, if it started the JVM; then that handle decides, since the pid of an
+    unreaped child cannot be reused, and between fork and exec its command line is still this process's.
+    """
+    if child is not None:
+        return child.poll() is None
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
