@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from producer_tools.localkafka import BrokerSetupError, LocalBroker, Node
 from producer_tools.localkafka.cli import main as cli
 from producer_tools.localkafka.java import classpath, find_java, java_major
 from producer_tools.localkafka.nodes import Recorded, cluster_id, server_properties
+from producer_tools.localkafka.procs import is_broker, wait_gone
 from producer_tools.localkafka.tls import make_tls_material
 from producer_tools.ports import listening, ports_taken, stable_ports, stable_windows
 from producer_tools.results import Answer, Report, build_report
@@ -270,3 +272,16 @@ def test_longest_stall_counts_the_wait_for_the_first_answer_after_the_fault() ->
     assert longest_stall_s([steady], 1000) == pytest.approx(0.1)
     assert longest_stall_s([steady, stalled], 950) == pytest.approx(8.0)
     assert longest_stall_s([report([900])], 1000) == float("inf")  # nothing answered after the fault
+
+
+def test_a_child_of_ours_is_judged_by_its_handle_and_a_stranger_by_its_command_line(tmp_path: Path) -> None:
+    props = tmp_path / "server.properties"
+    child = subprocess.Popen(["sleep", "30"])  # its command line never names props
+    try:
+        assert is_broker(child.pid, props, child)  # ours: alive (also between fork and exec)
+        assert not is_broker(child.pid, props, None)  # a stranger with this pid: not that node's JVM
+    finally:
+        child.kill()
+        child.wait()
+    assert not is_broker(child.pid, props, child)
+    assert wait_gone(child.pid, child, 1.0)
