@@ -7,7 +7,7 @@ import logging
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,9 @@ async def ensure_topics(
             response = await admin.create_topics(new)
             for name, code, *_ in getattr(response, "topic_errors", getattr(response, "topics", [])):
                 if code not in (0, TopicAlreadyExistsError.errno):
-                    raise RuntimeError(f"cannot create topic {name!r}: Kafka error code {code}")
+                    reason = for_code(code)
+                    raise RuntimeError(f"cannot create topic {name!r}: {reason.__name__} (Kafka error code {code}: "
+                                       f"{reason.description})")  # fmt: skip
             log.info("created topics %s", [t.name for t in new])
     finally:
         await admin.close()

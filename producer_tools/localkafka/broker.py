@@ -522,14 +522,20 @@ class LocalBroker:
     def _launch(self, rec: Recorded, node: Node, jars: str) -> None:
         """Start ``node``'s JVM in a session of its own (it outlives this process), output appended to its log."""
         folder = self.state / f"node-{node.node_id}"
-        with (folder / "kafka.log").open("ab") as out:
-            proc = subprocess.Popen(  # noqa: S603 (the JDK's java running Kafka)
-                [rec.java, *rec.jvm_args, f"-Dkafka.logs.dir={folder}", "-cp", jars, "kafka.Kafka",
-                 str(self._props(node.node_id))],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        self._children[node.node_id] = proc
-        node.pid = proc.pid
+        # SIGTERM and SIGINT wait until the JVM is recorded: a handler that raises (kafka-local run's) must not leave
+        # a JVM behind that no clean-up knows of.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        try:
+            with (folder / "kafka.log").open("ab") as out:
+                proc = subprocess.Popen(  # noqa: S603 (the JDK's java running Kafka)
+                    [rec.java, *rec.jvm_args, f"-Dkafka.logs.dir={folder}", "-cp", jars, "kafka.Kafka",
+                     str(self._props(node.node_id))],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                )  # fmt: skip
+            self._children[node.node_id] = proc
+            node.pid = proc.pid
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def _await(self, rec: Recorded, nodes: Sequence[Node], deadline: float) -> None:
         """Wait until each of ``nodes`` listens on all its ports and the cluster's metadata lists it (registered and

@@ -19,8 +19,10 @@ Verbs (exit 0 unless said otherwise; 1 on an error, named in one line; 2 on a ba
     classpath                                     resolve Kafka's jars (if needed) and print the classpath file
     run [--nodes 1|3] [--security] -- CMD ...     start a broker, run CMD with KAFKA_BOOTSTRAP_SERVERS set (and, in
                                                   security mode, security.env's settings), stop the broker, exit
-                                                  with CMD's status. With KAFKA_BOOTSTRAP_SERVERS already set, CMD
-                                                  runs against that broker and none is started
+                                                  with CMD's status (128 + N if a signal N ended it; 127 if it
+                                                  cannot run). With KAFKA_BOOTSTRAP_SERVERS already set, CMD runs
+                                                  against that broker and none is started; exit 4 when a broker
+                                                  already runs (or is paused) in the state folder
 
 Environment (read here only; flags win): KAFKA_LOCAL_STATE (state folder, default <repo>/.kafka-local),
 KAFKA_LOCAL_PORT, KAFKA_LOCAL_NODES, KAFKA_LOCAL_SECURITY (1: security mode), KAFKA_LOCAL_START_TIMEOUT and
@@ -31,6 +33,7 @@ server.properties lines), KAFKA_LOCAL_MVN_ARGS (e.g. "-o"), JAVA_HOME.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import signal
@@ -59,8 +62,8 @@ def _number(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise BrokerSetupError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if value <= 0:
-        raise BrokerSetupError(f"{name} must be above 0, got {raw!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise BrokerSetupError(f"{name} must be a number of seconds above 0, got {raw!r}")
     return value
 
 
@@ -77,10 +80,17 @@ def broker_from(args: argparse.Namespace, env: Mapping[str, str]) -> LocalBroker
     port = getattr(args, "port", None) or env.get("KAFKA_LOCAL_PORT") or None
     try:
         nodes_n = int(nodes)
+    except ValueError:
+        raise BrokerSetupError(f"KAFKA_LOCAL_NODES must be 1 or 3, got {nodes!r}") from None
+    try:
         port_n = int(port) if port else None
     except ValueError:
-        raise BrokerSetupError(f"--nodes/KAFKA_LOCAL_NODES and --port/KAFKA_LOCAL_PORT take whole numbers, got "
-                               f"{nodes!r} and {port!r}") from None  # fmt: skip
+        raise BrokerSetupError(f"KAFKA_LOCAL_PORT must be a port number, got {port!r}") from None
+    for name in ("KAFKA_LOCAL_HEAP_OPTS", "KAFKA_LOCAL_JVM_OPTS", "KAFKA_LOCAL_MVN_ARGS"):
+        try:
+            shlex.split(env.get(name, ""))
+        except ValueError as exc:
+            raise BrokerSetupError(f"{name} is not a list of shell words ({exc}): {env[name]!r}") from None
     if port_n is not None and not 1 <= port_n <= 65535:
         raise BrokerSetupError(f"invalid port {port_n}")
     if nodes_n not in (1, 3):
@@ -151,6 +161,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except KafkaError as exc:
         print(f"kafka-local: error: {kafka_error_text(exc)}", file=sys.stderr)
         return 1
+    except (OSError, RuntimeError) as exc:  # a state folder that is a file, a topic the broker refuses, ...
+        print(f"kafka-local: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("kafka-local: interrupted", file=sys.stderr)
+        return 130
 
 
 def _dispatch(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -208,7 +224,9 @@ def _dispatch(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             raise BrokerSetupError(f"PARTITIONS must be a positive integer, got {args.partitions}")
         broker.create_topics({args.name: args.partitions})
         return 0
-    print("\n".join(broker.topics()))
+    names = broker.topics()
+    if names:
+        print("\n".join(names))
     return 0
 
 
@@ -223,18 +241,31 @@ def _run(broker: LocalBroker, command: Sequence[str], env: Mapping[str, str]) ->
         print(f"kafka-local: using the broker at {env['KAFKA_BOOTSTRAP_SERVERS']} (KAFKA_BOOTSTRAP_SERVERS)",
               file=sys.stderr)  # fmt: skip
         return subprocess.call(command, env=child_env)  # noqa: S603 (the user's own command)
-    with broker:
-        child_env["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
-        child_env.update(broker.security_env())
-        print(f"kafka-local: broker at {broker.bootstrap}", file=sys.stderr)
-        proc = subprocess.Popen(command, env=child_env)  # noqa: S603 (the user's own command)
+    status, _ = broker.status()
+    if status != "not running":  # (a record whose nodes all exited is stale: start discards it)
+        print(f"kafka-local: a broker is {status} in {broker.state}: run starts (and stops) its own, so give it "
+              "another --state, or set KAFKA_BOOTSTRAP_SERVERS to use that one", file=sys.stderr)  # fmt: skip
+        return EXIT_PAUSED
+    proc: subprocess.Popen[bytes] | None = None
 
-        def forward(signum: int, _frame: FrameType | None) -> None:
-            proc.send_signal(signum)
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if proc is None:  # still starting the broker: stop that (start cleans up what it launched)
+            raise SystemExit(128 + signum)
+        proc.send_signal(signum)
 
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            return proc.wait()
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with broker:
+            child_env["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
+            child_env.update(broker.security_env())
+            print(f"kafka-local: broker at {broker.bootstrap}", file=sys.stderr)
+            try:
+                proc = subprocess.Popen(command, env=child_env)  # noqa: S603 (the user's own command)
+            except OSError as exc:
+                print(f"kafka-local: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
+                return 127
+            code = proc.wait()
+            return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell reports it
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -4,6 +4,7 @@ an outage (pause, resume) that keeps the data, stop. Needs a JDK and Maven like 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -57,3 +58,27 @@ def test_the_verbs_of_scripts_kafka_local(tmp_path: Path) -> None:
     gone = kafka_local(state, "status")
     assert (gone.returncode, gone.stdout.strip()) == (3, "not running")
     assert not list(state.glob("node-*"))  # the data is deleted
+
+
+def test_run_stops_its_broker_on_sigterm_during_start_up_and_reports_signals(tmp_path: Path) -> None:
+    state = tmp_path / "kafka"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_") or k == "KAFKA_LOCAL_MVN_ARGS"}
+    env["KAFKA_LOCAL_STATE"] = str(state)
+    with subprocess.Popen(
+        [str(ROOT / "scripts" / "kafka-local"), "run", "--", "sleep", "60"], env=env, stderr=subprocess.PIPE, text=True
+    ) as run:
+        assert run.stderr is not None
+        for line in run.stderr:  # SIGTERM once the broker's JVM is launched, before it is ready
+            if "starting 1 node(s)" in line:
+                run.send_signal(signal.SIGTERM)
+                break
+        assert run.wait(timeout=120) == 128 + signal.SIGTERM
+    assert kafka_local(state, "status").returncode == 3  # nothing left running, nothing recorded
+    assert not subprocess.run(["pgrep", "-f", str(state)], capture_output=True, check=False).stdout
+
+    killed = subprocess.run(
+        [str(ROOT / "scripts" / "kafka-local"), "run", "--", "sh", "-c", "kill -TERM $$"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert killed.returncode == 128 + signal.SIGTERM, killed.stderr
+    assert kafka_local(state, "status").returncode == 3

@@ -250,6 +250,28 @@ def test_cli_names_a_bad_setting(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert bad.value.code == 2
 
 
+def test_cli_refusals_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert cli(["--state", str(afile), "status"], env={}) == 1
+    assert cli(["status"], env={"KAFKA_LOCAL_STATE": str(afile), "KAFKA_LOCAL_JVM_OPTS": '"x'}) == 1
+    assert cli(["--state", str(tmp_path), "status"], env={"KAFKA_LOCAL_START_TIMEOUT": "nan"}) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3, err
+    assert err[0].startswith("kafka-local: error: ")
+    assert "KAFKA_LOCAL_JVM_OPTS is not a list of shell words" in err[1]
+    assert "KAFKA_LOCAL_START_TIMEOUT must be a number" in err[2]
+
+
+def test_cli_run_never_takes_over_a_broker_it_did_not_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (node,) = _nodes(1)
+    node.paused = "term"
+    _record(tmp_path, [node])
+    assert cli(["--state", str(tmp_path), "run", "--", "true"], env={}) == 4
+    assert "run starts (and stops) its own" in capsys.readouterr().err
+    assert (tmp_path / "state.json").exists()  # left as it was
+
+
 def test_cli_run_uses_a_given_broker_and_returns_the_commands_status(tmp_path: Path) -> None:
     script = "import os, sys; sys.exit(7 if os.environ['KAFKA_BOOTSTRAP_SERVERS'] == 'h:1' else 1)"
     code = cli(["--state", str(tmp_path), "run", "--", sys.executable, "-c", script],
