@@ -64,7 +64,7 @@ async def run(plan: Plan, bootstrap: str | None, work: Path) -> list[Outcome]:
     broker = None
     if bootstrap is None:
         broker = LocalBroker(work / "kafka")
-        bootstrap = await asyncio.to_thread(broker.start)
+        bootstrap = await asyncio.to_thread(broker.start, discard_stale=True)
     harnesses = {False: Harness(bootstrap, work, broker)}
     outcomes: list[Outcome] = []
     try:
@@ -77,7 +77,7 @@ async def run(plan: Plan, bootstrap: str | None, work: Path) -> list[Outcome]:
             try:
                 if on_cluster and True not in harnesses:
                     nodes = LocalBroker(work / "cluster", nodes=3)
-                    harnesses[True] = Harness(await asyncio.to_thread(nodes.start), work, nodes)
+                    harnesses[True] = Harness(await asyncio.to_thread(nodes.start, discard_stale=True), work, nodes)
                 outcome = await SCENARIOS[name](harnesses[on_cluster], plan)
             except Exception as exc:  # noqa: BLE001 (a broken scenario is a failed row, not a crash)
                 outcome = Outcome(name, 0, 0, 0, 0, False, f"error: {exc!r}"[:200])

@@ -137,7 +137,7 @@ class LocalBroker:
 
     # ------------------------------------------------------------------------------------------- context manager
     def __enter__(self) -> LocalBroker:
-        self.start()
+        self.start(discard_stale=True)  # a context-managed broker is a throwaway: a crashed predecessor's data too
         return self
 
     def __exit__(
@@ -205,12 +205,17 @@ class LocalBroker:
         return "degraded", each
 
     # --------------------------------------------------------------------------------------------------- verbs
-    def start(self) -> str:
+    def start(self, *, discard_stale: bool = False) -> str:
         """Start the broker (or reuse the running one recorded in ``state``) and wait until every node answers
         metadata requests. Returns :attr:`bootstrap`.
 
+        Args:
+            discard_stale: delete the record (and data) of a broker whose nodes all exited without a stop (a crash)
+                and start afresh; by default that is refused, since ``resume`` could bring it back.
+
         Raises:
-            BrokerSetupError: see the class; also when a broker is paused in ``state`` (resume or stop it first).
+            BrokerSetupError: see the class; also when a broker is paused in ``state`` (resume or stop it first), or
+                crashed there and ``discard_stale`` is False.
         """
         with self._locked():
             status, _ = self.status()
@@ -227,7 +232,12 @@ class LocalBroker:
                     "new start"
                 )
             if rec is not None:
-                self._say("removing the state of a broker that is no longer running")
+                if not discard_stale:
+                    raise BrokerSetupError(
+                        f"the broker in {self.state} is not running but was never stopped (it crashed, or the machine "
+                        "restarted): resume restarts it with its data and address, stop discards it"
+                    )
+                self._say("discarding the state of a broker that crashed (it was never stopped)")
             self._clear()
             return self._start_new()
 

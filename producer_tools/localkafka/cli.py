@@ -5,7 +5,8 @@ Verbs (exit 0 unless said otherwise; 1 on an error, named in one line; 2 on a ba
 
     start [--port N] [--nodes 1|3] [--security]   start, or reuse the broker running in the state folder; the
                                                   bootstrap address is the LAST line of stdout (progress: stderr).
-                                                  Exit 4, nothing started, while one is paused: resume or stop it
+                                                  Exit 4, nothing started, while one is paused or crashed (never
+                                                  stopped): resume or stop it
     stop                                          stop every node and delete the data (the jar cache stays)
     status                                        "running" (0), "paused" (4), "degraded" (5: some nodes down) or
                                                   "not running" (3), then the address; security.env's lines follow
@@ -181,8 +182,9 @@ def _dispatch(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return _run(broker, args.command, env)
     status, nodes = broker.status()
     if verb == "start":
-        if status in ("paused", "degraded"):
-            print(f"kafka-local: a broker in {broker.state} is {status}: 'resume' restarts it, 'stop' discards it "
+        if status != "running" and nodes:
+            what = status if status != "not running" else "not running but was never stopped (a crash?)"
+            print(f"kafka-local: a broker in {broker.state} is {what}: 'resume' restarts it, 'stop' discards it "
                   "(and its data) before a new start", file=sys.stderr)  # fmt: skip
             return EXIT_PAUSED
         print(broker.start())

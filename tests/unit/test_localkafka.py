@@ -231,6 +231,17 @@ def test_start_refuses_while_a_node_is_paused(tmp_path: Path) -> None:
         _record(tmp_path, [a]).start()
 
 
+def test_start_refuses_a_crashed_broker_unless_told_to_discard_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (a,) = _nodes(1)  # recorded, never paused, not running: it crashed
+    with pytest.raises(BrokerSetupError, match=r"never stopped .* resume restarts it"):
+        _record(tmp_path, [a]).start()
+    assert cli(["--state", str(tmp_path), "start"], env={}) == 4
+    assert "was never stopped" in capsys.readouterr().err
+    assert (tmp_path / "state.json").exists()  # nothing discarded
+
+
 # ------------------------------------------------------------------------------------------------ command line
 
 
