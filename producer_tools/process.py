@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from consumer.config import Settings
+from producer_tools.netns import IP
 from producer_tools.ports import free_port
 
 #: How long :meth:`ConsumerProcess.terminate` waits after SIGTERM before SIGKILL, seconds: above the consumer's
@@ -67,6 +68,7 @@ class ConsumerProcess:
         log: file the child's stdout and stderr go to (appended; made if missing).
         data_limit_bytes: the child's ``RLIMIT_DATA`` (heap and private mappings), bytes; None: inherited.
         extra_args: raw flags after the settings (e.g. a test's bad flag).
+        netns: run it in this network namespace (``ip netns exec``; needs root), probing ``/readyz`` from inside.
 
     Attributes:
         proc: the running (or finished) child, None before :meth:`start`.
@@ -81,11 +83,13 @@ class ConsumerProcess:
         *,
         data_limit_bytes: int | None = None,
         extra_args: Sequence[str] = (),
+        netns: str = "",
     ) -> None:
         self.settings = dict(settings)
         self.log = log
         self.data_limit_bytes = data_limit_bytes
         self.extra_args = list(extra_args)
+        self.netns = netns
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.starts = 0
@@ -99,6 +103,8 @@ class ConsumerProcess:
         fixed_port = self.settings.get("http_port")
         self.port = int(fixed_port) if fixed_port else free_port()
         argv = consumer_argv({"http_host": "127.0.0.1", **self.settings, "http_port": self.port}) + self.extra_args
+        if self.netns:
+            argv = [IP, "netns", "exec", self.netns, *argv]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(  # noqa: S603 (our own module)
@@ -125,9 +131,17 @@ class ConsumerProcess:
 
     def is_ready(self) -> bool:
         """One ``/readyz`` request (1 s timeout): whether it answered 200 (503, a refused or timed-out connection:
-        False)."""
+        False). In a network namespace the request is made from inside it, as a kubelet probes its own pod."""
+        url = f"http://127.0.0.1:{self.port}/readyz"
+        if self.netns:
+            probe = f"import urllib.request as u; u.urlopen({url!r}, timeout=1)"
+            done = subprocess.run(  # noqa: S603 (ip netns exec with our own interpreter)
+                [IP, "netns", "exec", self.netns, sys.executable, "-S", "-c", probe],
+                capture_output=True, timeout=10, check=False,
+            )  # fmt: skip
+            return done.returncode == 0
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as response:
+            with urllib.request.urlopen(url, timeout=1) as response:
                 return bool(response.status == 200)
         except OSError:  # urllib's HTTPError (503) and URLError are OSErrors
             return False

@@ -42,6 +42,10 @@ Scenarios (consumers run as separate processes, ``python -m consumer``, unless n
   coordinator SIGKILLed, all under load; lost 0, no exactly-once duplicate, answers resume within
   :data:`producer_tools.faults.cluster.RESUME_BOUND_S` (:mod:`producer_tools.faults.cluster`).
 
+- ``net_partition``, ``net_one_way``, ``net_slow`` (consumers in their own network namespace behind a veth link;
+  needs root, skipped otherwise): the link cut both ways, cut broker -> consumer only, and throttled, under load
+  (:mod:`producer_tools.faults.network`).
+
 The modules: :mod:`~producer_tools.faults.harness` (plan, rows, the harness), :mod:`~producer_tools.faults.scenarios`
 (single broker), :mod:`~producer_tools.faults.cluster`, :mod:`~producer_tools.faults.cli` (registry, run, table).
 """

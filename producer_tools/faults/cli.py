@@ -11,6 +11,7 @@ from pathlib import Path
 
 from producer_tools.faults.cluster import CLUSTER_SCENARIOS
 from producer_tools.faults.harness import MODEL, QUICK, Harness, Outcome, Plan
+from producer_tools.faults.network import NETWORK_SCENARIOS
 from producer_tools.faults.scenarios import (
     scenario_backlog,
     scenario_compression_bomb,
@@ -24,6 +25,7 @@ from producer_tools.faults.scenarios import (
     scenario_slow_model,
 )
 from producer_tools.localkafka import LocalBroker
+from producer_tools.netns import Link, unavailable
 
 SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
     "kill9": scenario_kill9,
@@ -38,6 +40,7 @@ SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
     "backlog": scenario_backlog,
     "compression_bomb": scenario_compression_bomb,
     **CLUSTER_SCENARIOS,
+    **NETWORK_SCENARIOS,
 }
 
 
@@ -59,26 +62,30 @@ def table(outcomes: Sequence[Outcome]) -> str:
 
 
 async def run(plan: Plan, bootstrap: str | None, work: Path) -> list[Outcome]:
-    """Run the chosen scenarios on a private broker (or ``bootstrap``) and the cluster scenarios on a private 3-node
-    cluster, started when the first of them runs (skipped with ``bootstrap``); returns the rows."""
+    """Run the chosen scenarios on a private broker (or ``bootstrap``), the cluster scenarios on a private 3-node
+    cluster and the network scenarios on a private broker behind a veth link, each started when the first scenario
+    that needs it runs (the cluster and network ones are skipped with ``bootstrap``; the network ones also where
+    :func:`producer_tools.netns.unavailable` says why); returns the rows."""
     broker = None
     if bootstrap is None:
         broker = LocalBroker(work / "kafka")
         bootstrap = await asyncio.to_thread(broker.start, discard_stale=True)
-    harnesses = {False: Harness(bootstrap, work, broker)}
+    harnesses = {"single": Harness(bootstrap, work, broker)}
+    links: list[Link] = []
     outcomes: list[Outcome] = []
     try:
         for name in plan.scenarios or list(SCENARIOS):
             print(f"faults: running {name} ...", file=sys.stderr)
-            on_cluster = name in CLUSTER_SCENARIOS
-            if on_cluster and broker is None:
-                outcomes.append(Outcome(name, 0, 0, 0, 0, True, "skipped: the cluster is not ours to break"))
+            kind = "cluster" if name in CLUSTER_SCENARIOS else "network" if name in NETWORK_SCENARIOS else "single"
+            why = "" if kind != "network" else await asyncio.to_thread(unavailable)
+            if kind != "single" and (broker is None or why):
+                reason = why or "the brokers are not ours to break"
+                outcomes.append(Outcome(name, 0, 0, 0, 0, True, f"skipped: {reason}"))
                 continue
             try:
-                if on_cluster and True not in harnesses:
-                    nodes = LocalBroker(work / "cluster", nodes=3)
-                    harnesses[True] = Harness(await asyncio.to_thread(nodes.start, discard_stale=True), work, nodes)
-                outcome = await SCENARIOS[name](harnesses[on_cluster], plan)
+                if kind not in harnesses:
+                    harnesses[kind] = await asyncio.to_thread(_private_harness, kind, work, links)
+                outcome = await SCENARIOS[name](harnesses[kind], plan)
             except Exception as exc:  # noqa: BLE001 (a broken scenario is a failed row, not a crash)
                 outcome = Outcome(name, 0, 0, 0, 0, False, f"error: {exc!r}"[:200])
             finally:
@@ -91,7 +98,21 @@ async def run(plan: Plan, bootstrap: str | None, work: Path) -> list[Outcome]:
             harness.stop_all()
             if harness.broker is not None:
                 await asyncio.to_thread(harness.broker.stop)
+        for link in links:
+            link.close()
     return outcomes
+
+
+def _private_harness(kind: str, work: Path, links: list[Link]) -> Harness:
+    """A harness on its own 3-node cluster ("cluster"), or on its own broker behind a new veth link ("network";
+    the link is appended to ``links`` for the caller to close)."""
+    if kind == "cluster":
+        nodes = LocalBroker(work / "cluster", nodes=3)
+        return Harness(nodes.start(discard_stale=True), work, nodes)
+    link = Link().__enter__()
+    links.append(link)
+    broker = LocalBroker(work / "netbroker", hosts=[link.host_ip])
+    return Harness(broker.start(discard_stale=True), work, broker, link)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,13 +126,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--backlog", type=int, help="records waiting in the backlog scenario")
     p.add_argument("--outage-s", type=float, help="seconds the broker is down")
     p.add_argument("--node-down-s", type=float, help="seconds a killed cluster node stays down")
+    p.add_argument("--net-cut-s", type=float, help="seconds the network scenarios cut the link")
     p.add_argument("--idle-s", type=float, help="seconds the spare member idles in idle_takeover")
     p.add_argument("--scenarios", default="", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     p.add_argument("--bootstrap-servers", default=None, help="use this broker (no outage and no cluster scenarios)")
     p.add_argument("--work-dir", type=Path, default=None, help="logs and broker state (default: a temp folder)")
     args = p.parse_args(argv)
     plan = Plan(**vars(QUICK)) if args.quick else Plan()
-    for name in ("records", "kills", "backlog", "outage_s", "idle_s", "node_down_s"):
+    for name in ("records", "kills", "backlog", "outage_s", "idle_s", "node_down_s", "net_cut_s"):
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))
     plan.scenarios = [s for s in args.scenarios.split(",") if s]

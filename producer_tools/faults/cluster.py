@@ -109,15 +109,24 @@ def longest_stall_s(reports: list[Report], since_ms: float) -> float:
     return worst
 
 
-async def run_pair(h: Harness, plan: Plan, name: str, fault: Callable[[Pair], Awaitable[str]]) -> Outcome:
-    """Start both consumers, produce under load, run ``fault`` (it returns the row's note on what it did), keep the
-    load on for :data:`LOAD_MARGIN_S`, then read both results topics back and judge the row."""
+async def run_pair(
+    h: Harness,
+    plan: Plan,
+    name: str,
+    fault: Callable[[Pair], Awaitable[tuple[str, bool]]],
+    bound_s: float = RESUME_BOUND_S,
+    extra: Callable[[list[Report], float], str] | None = None,
+) -> Outcome:
+    """Start both consumers, produce under load, run ``fault`` (it returns the row's note on what it did and whether
+    its own checks held), keep the load on for :data:`LOAD_MARGIN_S`, then read both results topics back and judge
+    the row: answers may stall at most ``bound_s``; ``extra`` adds figures from both reports (and the fault's time,
+    ms) to the note."""
     pair = await start_pair(h, name)
     done = asyncio.Event()
     sending = asyncio.create_task(h.produce_during(pair.topics["requests"], name, plan.rate, done))
     await asyncio.sleep(LOAD_MARGIN_S)
     fault_ms = time.time() * 1000
-    what = await fault(pair)
+    what, held = await fault(pair)
     await asyncio.sleep(LOAD_MARGIN_S)
     done.set()
     records: list[Outgoing] = await sending
@@ -128,11 +137,13 @@ async def run_pair(h: Harness, plan: Plan, name: str, fault: Callable[[Pair], Aw
     codes = [pair.alo_proc.terminate()[0], pair.eos_proc.terminate()[0]]
     stall = longest_stall_s([alo, eos], fault_ms)
     lost = len(alo.missing) + len(eos.missing)
-    ok = (lost == 0 and eos.duplicates == 0 and all(alive) and codes == [0, 0] and stall <= RESUME_BOUND_S
+    ok = (held and lost == 0 and eos.duplicates == 0 and all(alive) and codes == [0, 0] and stall <= bound_s
           and written == len(records))  # fmt: skip
+    if extra is not None:
+        what += "; " + extra([alo, eos], fault_ms)
     note = (
         f"{what}; {written} requests written for {len(records)} sent; answers stalled at most {stall:.1f} s "
-        f"(bound {RESUME_BOUND_S:.0f}); lost at_least_once "
+        f"(bound {bound_s:.0f}); lost at_least_once "
         f"{len(alo.missing)} exactly_once {len(eos.missing)}; duplicates at_least_once {alo.duplicates}; exits {codes}"
     )
     return Outcome(name, len(records), lost, eos.duplicates, alo.dead_letters + eos.dead_letters, ok, note,
@@ -140,20 +151,20 @@ async def run_pair(h: Harness, plan: Plan, name: str, fault: Callable[[Pair], Aw
 
 
 async def scenario_leader_kill(h: Harness, plan: Plan) -> Outcome:
-    async def fault(pair: Pair) -> str:
+    async def fault(pair: Pair) -> tuple[str, bool]:
         partition, node = await busiest_partition(h, pair.topics["requests"])
         await asyncio.to_thread(cluster(h).pause, node, kill=True)
         await asyncio.sleep(plan.node_down_s)
         started = time.monotonic()
         await asyncio.to_thread(cluster(h).resume, node)
         return (f"SIGKILL of node {node} (leader of requests partition {partition}), down {plan.node_down_s:.0f} s, "
-                f"back in {time.monotonic() - started:.1f} s")  # fmt: skip
+                f"back in {time.monotonic() - started:.1f} s"), True  # fmt: skip
 
     return await run_pair(h, plan, "leader_kill", fault)
 
 
 async def scenario_rolling_restart(h: Harness, plan: Plan) -> Outcome:
-    async def fault(pair: Pair) -> str:
+    async def fault(pair: Pair) -> tuple[str, bool]:
         broker = cluster(h)
         recorded = broker.recorded()
         took = []
@@ -162,13 +173,13 @@ async def scenario_rolling_restart(h: Harness, plan: Plan) -> Outcome:
             await asyncio.to_thread(broker.restart, node.node_id)
             await asyncio.to_thread(broker.wait_in_sync, 120.0)
             took.append(f"{time.monotonic() - started:.0f}")
-        return f"nodes restarted one by one (SIGTERM), each back in sync after {'/'.join(took)} s"
+        return f"nodes restarted one by one (SIGTERM), each back in sync after {'/'.join(took)} s", True
 
     return await run_pair(h, plan, "rolling_restart", fault)
 
 
 async def scenario_txn_broker_kill(h: Harness, plan: Plan) -> Outcome:
-    async def fault(pair: Pair) -> str:
+    async def fault(pair: Pair) -> tuple[str, bool]:
         partition, _ = await busiest_partition(h, pair.topics["requests"])
         prefix = Settings.model_fields["transactional_id_prefix"].default
         tid = f"{prefix}-{pair.eos_group}-{pair.topics['requests']}-{partition}"
@@ -176,7 +187,7 @@ async def scenario_txn_broker_kill(h: Harness, plan: Plan) -> Outcome:
         await asyncio.to_thread(cluster(h).pause, node, kill=True)
         await asyncio.sleep(plan.node_down_s)
         await asyncio.to_thread(cluster(h).resume, node)
-        return f"SIGKILL of node {node} (transaction coordinator of {tid}), down {plan.node_down_s:.0f} s"
+        return f"SIGKILL of node {node} (transaction coordinator of {tid}), down {plan.node_down_s:.0f} s", True
 
     return await run_pair(h, plan, "txn_broker_kill", fault)
 

@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from consumer.oip.client import encode_request
 from producer_tools.localkafka import LocalBroker
+from producer_tools.netns import Link
 from producer_tools.process import ConsumerProcess
 from producer_tools.produce import DEFAULT_HELDOUT, Headers, Outgoing, send_all
 from producer_tools.results import Report, collect
@@ -54,6 +55,7 @@ class Plan:
     idle_s: float = 120.0  # how long the spare member waits without partitions before it takes over
     backlog: int = 1_000_000
     node_down_s: float = 10.0  # how long a killed cluster node stays down
+    net_cut_s: float = 30.0  # how long the network scenarios cut the consumers' link
     scenarios: list[str] = field(default_factory=list)
 
 
@@ -72,15 +74,18 @@ def log_lines(path: Path) -> int:
     return len(path.read_text(errors="replace").splitlines()) if path.exists() else 0
 
 
-QUICK = Plan(records=600, kills=3, rate=150.0, outage_s=8.0, idle_s=10.0, backlog=5_000, node_down_s=6.0)
+QUICK = Plan(
+    records=600, kills=3, rate=150.0, outage_s=8.0, idle_s=10.0, backlog=5_000, node_down_s=6.0, net_cut_s=15.0
+)
 
 
 # ------------------------------------------------------------------------------------------------ harness
 class Harness:
     """Shared plumbing: topics, records, producing, collecting."""
 
-    def __init__(self, bootstrap: str, work: Path, broker: LocalBroker | None) -> None:
+    def __init__(self, bootstrap: str, work: Path, broker: LocalBroker | None, link: Link | None = None) -> None:
         self.bootstrap = bootstrap
+        self.link = link  # the consumers' network namespace and its link to the broker; None: this host's network
         self.work = work
         self.broker = broker
         data = np.load(DEFAULT_HELDOUT)
@@ -119,7 +124,9 @@ class Harness:
             "client_id": f"{group}-{name}",
             "warmup_runs": 1,
         }
-        proc = ConsumerProcess(settings, self.work / f"{group}-{name}.log", extra_args=extra)
+        proc = ConsumerProcess(
+            settings, self.work / f"{group}-{name}.log", extra_args=extra, netns=self.link.netns if self.link else ""
+        )
         self.consumers.append(proc)
         return proc
 

@@ -98,7 +98,9 @@ class LocalBroker:
         start_timeout_s: how long a start or resume may take, s.
         stop_timeout_s: how long a stop or pause waits after SIGTERM before SIGKILL, s.
         mvn_args: extra Maven arguments (``-o`` for offline).
-        log: where progress lines go (default stderr); None: nowhere.
+        hosts: the nodes' listener addresses, one per node (default: :func:`node_hosts`), e.g. an address that a
+            consumer in another network namespace reaches.
+        log: whether progress lines go to stderr.
 
     Raises (from the verbs):
         BrokerSetupError: a JDK, Maven, the jars or a port is missing, or a node did not come up (its log's last
@@ -118,6 +120,7 @@ class LocalBroker:
         start_timeout_s: float = START_TIMEOUT_S,
         stop_timeout_s: float = STOP_TIMEOUT_S,
         mvn_args: Sequence[str] = (),
+        hosts: Sequence[str] | None = None,
         log: bool = True,
     ) -> None:
         if not 1 <= nodes <= 9:
@@ -133,6 +136,9 @@ class LocalBroker:
         self.stop_timeout_s = stop_timeout_s
         self.mvn_args = list(mvn_args)
         self._log = log
+        if hosts is not None and len(hosts) != nodes:
+            raise ValueError(f"hosts names {len(hosts)} addresses for {nodes} nodes")
+        self.hosts = list(hosts) if hosts is not None else None
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     # ------------------------------------------------------------------------------------------- context manager
@@ -430,7 +436,7 @@ class LocalBroker:
         jars = classpath(self.state, self.mvn_args)
         (self.state / "log4j2-broker.properties").write_text(LOG4J_BROKER)
         (self.state / "log4j2-tools.properties").write_text(LOG4J_TOOLS)
-        hosts = node_hosts(self.nodes)
+        hosts = self.hosts or node_hosts(self.nodes)
         keystore: Path | None = None
         ks_pass = sasl_pass = ""
         security: dict[str, str] = {}

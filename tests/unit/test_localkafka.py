@@ -14,6 +14,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from producer_tools.faults.cluster import longest_stall_s
+from producer_tools.faults.network import before_after
 from producer_tools.localkafka import BrokerSetupError, LocalBroker, Node
 from producer_tools.localkafka.cli import main as cli
 from producer_tools.localkafka.java import classpath, find_java, java_major
@@ -318,3 +319,15 @@ def test_a_child_of_ours_is_judged_by_its_handle_and_a_stranger_by_its_command_l
         child.wait()
     assert not is_broker(child.pid, props, child)
     assert wait_gone(child.pid, child, 1.0)
+
+
+def test_the_slow_link_row_splits_answers_at_the_fault() -> None:
+    def answer(i: int, sent: int, latency: int) -> Answer:
+        return Answer(f"c{i}", "result", float(latency), sent + latency, sent)
+
+    first = {a.correlation_id: a for a in [answer(i, 1000 + 10 * i, 5) for i in range(10)]}
+    first |= {a.correlation_id: a for a in [answer(i, 2000 + 10 * i, 50) for i in range(10, 20)]}
+    report = build_report({cid: {} for cid in first}, first, 0)
+    line = before_after([report], fault_ms=2000)
+    assert line.startswith("unthrottled: p99 5 ms, 100 answers/s;")
+    assert "kbit/s: p99 50 ms, 100 answers/s" in line
