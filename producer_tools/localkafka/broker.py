@@ -44,9 +44,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from producer_tools.localkafka import admin
 from producer_tools.localkafka.java import (
     LOG4J_BROKER,
     LOG4J_TOOLS,
@@ -60,12 +60,15 @@ from producer_tools.localkafka.nodes import (
     Node,
     Recorded,
     cluster_id,
+    lay_out,
     node_hosts,
     random_word,
+    security_settings,
     server_properties,
+    write_private,
 )
 from producer_tools.localkafka.procs import is_broker, wait_gone
-from producer_tools.ports import listening, ports_taken, stable_ports
+from producer_tools.ports import listening, ports_taken
 from producer_tools.topics import ensure_topics
 
 #: Heap of one node: a single broker has room; three share a 2-core, 24 GiB machine with the tests.
@@ -173,18 +176,6 @@ class LocalBroker:
         KAFKA_LOCAL_SASL_PASSWORD; empty outside security mode."""
         rec = self.recorded()
         return dict(rec.security) if rec else {}
-
-    def node(self, node_id: int) -> Node:
-        """The recorded node ``node_id``.
-
-        Raises:
-            BrokerSetupError: nothing started, or no such node.
-        """
-        rec = self._require()
-        for n in rec.nodes:
-            if n.node_id == node_id:
-                return n
-        raise BrokerSetupError(f"no node {node_id}: the nodes are {[n.node_id for n in rec.nodes]}")
 
     def log_file(self, node_id: int) -> Path:
         """Node ``node_id``'s broker log."""
@@ -349,18 +340,9 @@ class LocalBroker:
             aiokafka.errors.KafkaError: the request failed.
         """
         self._require()
+        return asyncio.run(admin.topic_names(self.bootstrap))
 
-        async def names() -> list[str]:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="localkafka")
-            await admin.start()
-            try:
-                return sorted(await admin.list_topics())
-            finally:
-                await admin.close()
-
-        return asyncio.run(names())
-
-    def partitions(self) -> dict[tuple[str, int], tuple[int, list[int], list[int]]]:
+    def partitions(self) -> admin.Partitions:
         """Every partition's (leader, replicas, in-sync replicas) as the cluster reports them: broker IDs, which are
         the node IDs (leader -1: none).
 
@@ -369,7 +351,7 @@ class LocalBroker:
             aiokafka.errors.KafkaError: the request failed.
         """
         self._require()
-        return asyncio.run(_partitions(self.bootstrap))
+        return asyncio.run(admin.partitions(self.bootstrap))
 
     def wait_in_sync(self, timeout_s: float = 120.0) -> float:
         """Wait until every partition's in-sync replicas are all its replicas (no under-replicated partition: what
@@ -383,7 +365,7 @@ class LocalBroker:
         lagging: list[str] = []
         while time.monotonic() - started < timeout_s:
             with contextlib.suppress(KafkaError, OSError, TimeoutError):
-                parts = asyncio.run(_partitions(self.bootstrap))
+                parts = asyncio.run(admin.partitions(self.bootstrap))
                 lagging = [f"{t}-{p}" for (t, p), (_, replicas, isr) in parts.items() if set(isr) != set(replicas)]
                 if not lagging:
                     return time.monotonic() - started
@@ -439,7 +421,6 @@ class LocalBroker:
         hosts = self.hosts or node_hosts(self.nodes)
         keystore: Path | None = None
         ks_pass = sasl_pass = ""
-        security: dict[str, str] = {}
         if self.security:
             from producer_tools.localkafka.tls import make_tls_material  # cryptography: only security mode needs it
 
@@ -448,37 +429,17 @@ class LocalBroker:
                 self.state / "security", sorted(set(hosts)), ks_pass, f"kafka-local CA {random_word(8)}"
             )
             keystore = material.keystore
-        nodes: list[Node] = []
-        per_node = 4 if self.security else 2
-        for i, host in enumerate(hosts, start=1):
-            wanted = self.port if i == 1 and self.port else None
-            if wanted is not None and ports_taken([wanted], host):
-                raise BrokerSetupError(f"port {wanted} on {host} is already in use")
-            exclude = [p for n in nodes for p in n.ports] + ([wanted] if wanted else [])
-            picked = stable_ports(per_node - (1 if wanted else 0), host, exclude=exclude)
-            if wanted:
-                picked = [wanted, *picked]
-            ssl, sasl = (picked[2], picked[3]) if self.security else (0, 0)
-            nodes.append(Node(i, host, picked[0], picked[1], ssl, sasl))
+        nodes = lay_out(hosts, self.port, security=self.security)
         rec = Recorded(cluster_id(), nodes, str(java), self._jvm_args())
         for node in nodes:
             folder = self.state / f"node-{node.node_id}"
             (folder / "data").mkdir(parents=True)
             props = server_properties(node, nodes, folder / "data", keystore=keystore, keystore_password=ks_pass,
                                       sasl_password=sasl_pass, extra=self.server_props)  # fmt: skip
-            fd = os.open(self._props(node.node_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(props)
+            write_private(self._props(node.node_id), props)
         self._format(rec, jars, sasl_pass)
         if self.security:
-            security = {
-                "KAFKA_LOCAL_SSL_BOOTSTRAP": ",".join(f"{n.host}:{n.ssl_port}" for n in nodes),
-                "KAFKA_LOCAL_SASL_SSL_BOOTSTRAP": ",".join(f"{n.host}:{n.sasl_ssl_port}" for n in nodes),
-                "KAFKA_LOCAL_CA_FILE": str(self.state / "security" / "ca.pem"),
-                "KAFKA_LOCAL_SASL_USERNAME": SASL_USER,
-                "KAFKA_LOCAL_SASL_PASSWORD": sasl_pass,
-            }
-            rec.security = security
+            rec.security = security_settings(nodes, self.state / "security" / "ca.pem", sasl_pass)
         rec.save(self.record_path)
         self._say(f"starting {self.nodes} node(s) at {','.join(n.address for n in nodes)}; logs in "
                   f"{self.state}/node-*/kafka.log")  # fmt: skip
@@ -492,11 +453,10 @@ class LocalBroker:
             self._terminate([n for n in nodes if self.alive(n)], kill=True)
             self._clear()
             raise
+        security = rec.security
         if security:
             env = self.state / "security.env"
-            fd = os.open(env, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.writelines(f"{k}={shlex.quote(v)}\n" for k, v in security.items())
+            write_private(env, "".join(f"{k}={shlex.quote(v)}\n" for k, v in security.items()))
             self._say(f"security mode: SSL at {security['KAFKA_LOCAL_SSL_BOOTSTRAP']}, SASL_SSL (PLAIN, "
                       f"SCRAM-SHA-256/512, user {SASL_USER}) at {security['KAFKA_LOCAL_SASL_SSL_BOOTSTRAP']}; client "
                       f"settings in {env}")  # fmt: skip
@@ -570,7 +530,7 @@ class LocalBroker:
                                        f"{self._tail(node)}")  # fmt: skip
             if all(listening(node.host, p) for p in node.ports):
                 with contextlib.suppress(KafkaError, OSError, TimeoutError):
-                    if node.node_id in asyncio.run(_broker_ids(node.address, 2.0)):
+                    if node.node_id in asyncio.run(admin.broker_ids(node.address, 2.0)):
                         pending.pop(0)
                         continue
             time.sleep(0.25)
@@ -603,34 +563,3 @@ class LocalBroker:
             if not wait_gone(node.pid, child, 30.0):
                 raise BrokerSetupError(f"could not stop node {node.node_id} (pid {node.pid})")
             self._children.pop(node.node_id, None)
-
-
-async def _broker_ids(bootstrap: str, timeout_s: float) -> set[int]:
-    """The broker IDs in a metadata response from ``bootstrap`` (KRaft lists only registered, unfenced brokers)."""
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, client_id="localkafka", request_timeout_ms=int(timeout_s * 1000)
-    )
-    try:
-        await asyncio.wait_for(admin.start(), timeout_s)
-        described = await asyncio.wait_for(admin.describe_cluster(), timeout_s)
-        return {int(b["node_id"]) for b in described["brokers"]}
-    finally:
-        with contextlib.suppress(KafkaError, OSError):
-            await admin.close()
-
-
-async def _partitions(bootstrap: str) -> dict[tuple[str, int], tuple[int, list[int], list[int]]]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="localkafka")
-    await admin.start()
-    try:
-        out = {}
-        for topic in await admin.describe_topics():
-            for part in topic["partitions"]:
-                out[(topic["topic"], int(part["partition"]))] = (
-                    int(part["leader"]),
-                    [int(r) for r in part["replicas"]],
-                    [int(r) for r in part["isr"]],
-                )
-        return out
-    finally:
-        await admin.close()

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from producer_tools.localkafka.java import BrokerSetupError
+from producer_tools.ports import ports_taken, stable_ports
 
 #: The SASL user of security mode.
 SASL_USER = "streaminfer"
@@ -191,3 +192,42 @@ def server_properties(
     if extra.strip():
         lines += ["# KAFKA_LOCAL_SERVER_PROPS", extra.strip()]
     return "\n".join(lines) + "\n"
+
+
+def lay_out(hosts: Sequence[str], first_port: int | None, *, security: bool) -> list[Node]:
+    """The nodes of a new broker, one per host (IDs from 1): free ports picked outside the ephemeral range
+    (:func:`producer_tools.ports.stable_ports`), the first node's PLAINTEXT port ``first_port`` if given; SSL and
+    SASL_SSL ports too with ``security``.
+
+    Raises:
+        BrokerSetupError: ``first_port`` is taken.
+    """
+    nodes: list[Node] = []
+    for i, host in enumerate(hosts, start=1):
+        wanted = [first_port] if i == 1 and first_port else []
+        if wanted and ports_taken(wanted, host):
+            raise BrokerSetupError(f"port {first_port} on {host} is already in use")
+        exclude = [p for n in nodes for p in n.ports] + wanted
+        picked = wanted + stable_ports((4 if security else 2) - len(wanted), host, exclude=exclude)
+        ssl, sasl = (picked[2], picked[3]) if security else (0, 0)
+        nodes.append(Node(i, host, picked[0], picked[1], ssl, sasl))
+    return nodes
+
+
+def security_settings(nodes: Sequence[Node], ca_file: Path, password: str) -> dict[str, str]:
+    """Security mode's client settings (``security.env``): the SSL and SASL_SSL bootstrap addresses of ``nodes``,
+    the CA file, the SASL user and ``password``."""
+    return {
+        "KAFKA_LOCAL_SSL_BOOTSTRAP": ",".join(f"{n.host}:{n.ssl_port}" for n in nodes),
+        "KAFKA_LOCAL_SASL_SSL_BOOTSTRAP": ",".join(f"{n.host}:{n.sasl_ssl_port}" for n in nodes),
+        "KAFKA_LOCAL_CA_FILE": str(ca_file),
+        "KAFKA_LOCAL_SASL_USERNAME": SASL_USER,
+        "KAFKA_LOCAL_SASL_PASSWORD": password,
+    }
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (mode 600 from the start: it holds secrets)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
