@@ -4,6 +4,8 @@ as child processes, records, producing, reading answers back, committed offsets)
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +69,18 @@ OUTAGE_LOG_LINES = 300
 #: Longest a consumer cut off from the cluster may still answer /readyz 200, s (consumer/link.py: a check every 5 s
 #: that fails after 5 s without an answer; plus the probe's own 0.5 s cadence and 1 s timeout).
 READY_BOUND_S = 12.0
+
+
+async def first_unready_s(proc: ConsumerProcess, seconds: float) -> float:
+    """Probe ``proc``'s /readyz every 0.5 s for ``seconds`` (a fault in progress); returns when it first failed, s
+    from the start, or NaN if it never did."""
+    started = time.monotonic()
+    unready_after = math.nan
+    while time.monotonic() - started < seconds:
+        if math.isnan(unready_after) and not await asyncio.to_thread(proc.is_ready):
+            unready_after = time.monotonic() - started
+        await asyncio.sleep(0.5)
+    return unready_after
 
 
 def log_lines(path: Path) -> int:

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from producer_tools.faults.cluster import RESUME_BOUND_S, Pair, run_pair
-from producer_tools.faults.harness import READY_BOUND_S, Harness, Outcome, Plan
+from producer_tools.faults.harness import READY_BOUND_S, Harness, Outcome, Plan, first_unready_s
 from producer_tools.netns import Link
 from producer_tools.results import Report
 
@@ -48,12 +48,7 @@ async def cut_and_heal(h: Harness, plan: Plan, pair: Pair, one_way: bool) -> tup
     """Cut the link for ``plan.net_cut_s`` while probing the at_least_once consumer's /readyz every 0.5 s, heal it,
     and wait until /readyz is 200 again. Returns the note and whether readiness told the truth."""
     (link(h).cut_one_way if one_way else link(h).cut)()
-    cut = time.monotonic()
-    unready_after = math.nan
-    while time.monotonic() - cut < plan.net_cut_s:
-        if math.isnan(unready_after) and not await asyncio.to_thread(pair.alo_proc.is_ready):
-            unready_after = time.monotonic() - cut
-        await asyncio.sleep(0.5)
+    unready_after = await first_unready_s(pair.alo_proc, plan.net_cut_s)
     link(h).heal()
     healed = time.monotonic()
     ready_again = math.nan

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import random
 import sys
@@ -29,6 +28,7 @@ from producer_tools.faults.harness import (
     Outcome,
     Plan,
     count_records,
+    first_unready_s,
     log_lines,
 )
 from producer_tools.poison import catalogue
@@ -124,12 +124,7 @@ async def scenario_outage(h: Harness, plan: Plan) -> Outcome:
     await h.produce(topics["requests"], records[:half], plan.rate * 2)
     before = log_lines(proc.log)
     await asyncio.to_thread(h.broker.pause)
-    cut = time.monotonic()
-    unready_after_s = math.nan  # /readyz must turn 503 within READY_BOUND_S of the cut
-    while time.monotonic() - cut < plan.outage_s:
-        if math.isnan(unready_after_s) and not await asyncio.to_thread(proc.is_ready):
-            unready_after_s = time.monotonic() - cut
-        await asyncio.sleep(0.5)
+    unready_after_s = await first_unready_s(proc, plan.outage_s)  # must be 503 within READY_BOUND_S of the cut
     await asyncio.to_thread(h.broker.resume)
     restarts = 0
     if proc.returncode is not None:  # it chose to exit: an orchestrator restarts it
