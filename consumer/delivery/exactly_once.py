@@ -230,7 +230,9 @@ class ExactlyOnce:
             if isinstance(exc, BROKEN_PRODUCER) or txn.producer is None:
                 raise exc
             await txn.producer.abort_transaction()
-        except (KafkaError, KeyError) as abort_exc:
+        except (KafkaError, KeyError, AssertionError) as abort_exc:
+            # AssertionError: aiokafka's refusal to abort from FATAL_ERROR ("Invalid state transition"), the state its
+            # sender leaves after an unexpected error (a connection that timed out through a network partition).
             log.warning("abort for %s failed (%r); restarting its producer", tp, abort_exc)
             with contextlib.suppress(KafkaError):
                 await self.txns.reopen(tp)

@@ -143,6 +143,7 @@ class FakeProducer:
         self.transactional_id = transactional_id
         self.in_transaction = False
         self.fenced = False
+        self.fatal = False  # abort_transaction refuses, as aiokafka does from FATAL_ERROR
         self.pending: list[Written] = []
         self.offsets: dict[TopicPartition, int] = {}
         self.stopped = False
@@ -204,6 +205,8 @@ class FakeProducer:
         self.transactions.append("commit")
 
     async def abort_transaction(self) -> None:
+        if self.fatal:  # aiokafka's transaction manager after its sender failed unexpectedly
+            raise AssertionError("Invalid state transition TransactionState.FATAL_ERROR -> ABORTING_TRANSACTION")
         self.pending, self.offsets, self.in_transaction = [], {}, False
         self.transactions.append("abort")
 

@@ -71,6 +71,28 @@ async def test_a_failed_transaction_is_aborted_and_its_window_answered_again_exa
     await h.stop()
 
 
+async def test_a_producer_that_cannot_abort_is_replaced_and_the_window_answered_once(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+    failures = iter([KafkaTimeoutError()])
+
+    def once(topic: str, partition: int, records: list[Written]) -> BaseException | None:
+        return next(failures, None) if topic == RESULTS else None
+
+    h.cluster.policy = once
+    await h.start(partitions=(0,))
+    broken = txn_producer(h, 0)
+    broken.fatal = True  # its sender failed: aiokafka refuses the abort with an AssertionError
+    h.send(0, [digits_value() for _ in range(6)])
+    await h.until_in_time(lambda: h.committed(0) == 6, step_ms=WINDOW_MS)
+    assert broken.stopped
+    assert txn_producer(h, 0) is not broken
+    assert sorted(source_of(w)[1] for w in h.results()) == list(range(6))  # each answer once
+    assert h.app.in_flight_rows == 0
+    await h.stop()
+
+
 async def test_a_fenced_producer_drops_the_window_and_a_new_producer_answers_it(
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
 ) -> None:
