@@ -6,19 +6,27 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 
-async def within(step: Awaitable[object], seconds: float, sleep: Callable[[float], Awaitable[None]]) -> bool:
-    """Await ``step`` for at most ``seconds`` (measured with ``sleep``); on time out it is cancelled. Returns
-    whether it finished.
+async def within(
+    step: Awaitable[object],
+    seconds: float,
+    sleep: Callable[[float], Awaitable[None]],
+    unless: asyncio.Event | None = None,
+) -> bool:
+    """Await ``step`` for at most ``seconds`` (measured with ``sleep``), or until ``unless`` is set; then it is
+    cancelled. Returns whether it finished.
 
     Raises:
         BaseException: whatever ``step`` raised.
     """
     task = asyncio.ensure_future(step)
-    timer = asyncio.ensure_future(sleep(seconds))
+    waits = {task, asyncio.ensure_future(sleep(seconds))}
+    if unless is not None:
+        waits.add(asyncio.ensure_future(unless.wait()))
     try:
-        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        timer.cancel()
+        for wait in waits - {task}:
+            wait.cancel()
     if not task.done():
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -72,21 +72,34 @@ class PartitionTransactions:
         """``tp``'s producer (KeyError when it is not open)."""
         return self._producers[tp]
 
+    def owns(self, tp: TopicPartition, producer: ProducerClient) -> bool:
+        """Whether ``producer`` is still ``tp``'s (not closed by a revoke, nor replaced since)."""
+        return self._producers.get(tp) is producer
+
     async def close(self, tp: TopicPartition) -> None:
         """Stop ``tp``'s producer (an open transaction is aborted by the next owner or the timeout)."""
         producer = self._producers.pop(tp, None)
         if producer is not None:
-            try:
-                await asyncio.wait_for(producer.stop(), timeout=CLOSE_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001 (closing a fenced or disconnected producer may fail)
-                log.warning("closing the transactional producer of %s: %r", tp, exc)
+            await self._stop(tp, producer)
 
-    async def reopen(self, tp: TopicPartition) -> ProducerClient:
-        """Close and open again, aborting whatever transaction the old instance left."""
-        await self.close(tp)
-        return await self.open(tp)
+    async def discard(self, tp: TopicPartition, producer: ProducerClient) -> None:
+        """Stop ``producer`` and forget it as ``tp``'s if it still is: a window that held it must not close the
+        producer a later assignment opened. The next :meth:`open` starts a new one, which fences whatever the old
+        one left."""
+        if self.owns(tp, producer):
+            del self._producers[tp]
+        await self._stop(tp, producer)
 
     async def close_all(self) -> None:
         """Stop every producer."""
         for tp in list(self._producers):
             await self.close(tp)
+
+    @staticmethod
+    async def _stop(tp: TopicPartition, producer: ProducerClient) -> None:
+        """Stop within :data:`CLOSE_TIMEOUT_S`. aiokafka's stop first waits for queued batches to be delivered;
+        cut short, the old instance's sender lives on until the next producer with its transactional.id fences it."""
+        try:
+            await asyncio.wait_for(producer.stop(), timeout=CLOSE_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 (closing a fenced or disconnected producer may fail)
+            log.warning("closing the transactional producer of %s: %r", tp, exc)

@@ -9,16 +9,20 @@ a reader with ``isolation.level=read_committed`` sees a window's answers when it
 
 A transaction that fails is aborted and its partition rewound to the window's first offset, so the window's records
 are fetched and answered again (a record the broker refused as too large climbs the size ladder meanwhile); a
-fenced producer means the partition has a new owner. Nothing of an aborted window becomes visible.
+fenced producer means the partition has a new owner. Nothing of an aborted window becomes visible. No wait on the
+broker is unbounded: a commit (or abort) that has not finished within ``producer_request_timeout_ms`` (a coordinator
+unreachable behind a network partition) counts as failed, and its producer is discarded; the next window's new
+producer with the same transactional.id fences it and aborts what it left (Java's ``commitTransaction`` gives up
+after ``max.block.ms`` the same way).
 
 Rebalance: the revoke waits (within ``revoke_timeout_ms``) for the window in progress, which ends early, then the
-revoked partitions' producers are closed; what was not committed is fenced by the new owner and answered by it.
+revoked partitions' producers are closed; what was not committed is fenced by the new owner and answered by it. A
+window the revoke gave up on stops waiting for its (closed) producers and is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -35,6 +39,16 @@ from consumer.transactions import PartitionTransactions
 from consumer.work import Work
 
 log = logging.getLogger(__name__)
+
+
+class StuckTransaction(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+    """A partition's transaction did not finish within ``producer_request_timeout_ms`` (a coordinator that does not
+    answer, a producer closed below it), or its producer is in aiokafka's FATAL_ERROR state: only a new producer
+    with its transactional.id, which fences this one and aborts what it left, writes again."""
+
+
+class Abandoned(Exception):
+    """A revoke gave up waiting for the window (``revoke_timeout_ms``) and closed the partitions' producers."""
 
 
 @dataclass
@@ -62,6 +76,7 @@ class ExactlyOnce:
         self._window_lock = asyncio.Lock()  # a revoke waits for the window in its transactions
         self._stop = asyncio.Event()
         self._revoking = False
+        self._abandon = asyncio.Event()  # a revoke gave up waiting for the window in progress
         self.tasks: list[asyncio.Task[None]] = []
         s = stages.settings
         self.held = InFlight(s.max_in_flight_rows, s.max_in_flight_bytes, s.max_record_bytes, stages.metrics)
@@ -115,6 +130,7 @@ class ExactlyOnce:
         s = self._settings
         deadline = st.clock() + s.commit_interval_ms / 1000.0
         transactions: dict[TopicPartition, _Transaction] = {}
+        self._abandon.clear()
         while not self._stop.is_set() and not self._revoking:
             fetched = await st.source.fetch(self.held.room(s.fetch_max_records))
             if not fetched and not transactions:
@@ -165,45 +181,40 @@ class ExactlyOnce:
     async def _begin(self, tp: TopicPartition) -> _Transaction:
         try:
             producer = await self.txns.open(tp)
+        except KafkaError as exc:
+            return _Transaction(None, error=exc)
+        try:
             await producer.begin_transaction()
         except (KafkaError, IllegalOperation) as exc:
-            return _Transaction(None, error=exc)
+            return _Transaction(producer, error=exc)
+        except AssertionError as exc:  # aiokafka's transaction manager in FATAL_ERROR: its sender failed
+            return _Transaction(producer, error=StuckTransaction(f"the producer cannot begin: {exc}"))
         return _Transaction(producer)
 
     async def _commit(self, tp: TopicPartition, txn: _Transaction) -> None:
-        """Commit ``tp``'s answers with its next offset. A fenced producer means the partition has a new owner:
-        drop it. Any other failure aborts and rewinds the partition to the window's first offset."""
+        """Commit ``tp``'s answers with its next offset, within ``producer_request_timeout_ms``. A fenced producer
+        means the partition has a new owner: drop it. Any other failure (the time limit included) aborts and
+        rewinds the partition to the window's first offset."""
         st = self._stages
         works = txn.works
         first, next_offset = works[0].record.offset, works[-1].record.offset + 1
+        limit_s = self._settings.producer_request_timeout_ms / 1000.0
         started = st.clock()
         try:
             if txn.error is not None:
                 raise txn.error
-            producer = txn.producer
-            assert producer is not None
-            if txn.sent:
-                await asyncio.wait([sent.future for sent in txn.sent])
-            failure: BaseException | None = None
-            for sent in txn.sent:
-                error = sent.future.exception()
-                if error is None:
-                    continue
-                failure = failure or error
-                if isinstance(error, TOO_LARGE):
-                    for work in sent.works:
-                        st.writer.ladder.refused(work, error)
-            if failure is not None:
-                raise failure
-            await producer.send_offsets_to_transaction({tp: next_offset}, self._settings.group_id)
-            await producer.commit_transaction()
-        except (ProducerFenced, InvalidProducerEpoch, IllegalOperation) as exc:
+            if not await st.within(self._finish(tp, txn, next_offset), limit_s, unless=self._abandon):
+                if self._abandon.is_set():
+                    raise Abandoned()
+                raise StuckTransaction(f"the transaction did not finish within {limit_s:.0f} s")
+        except (ProducerFenced, InvalidProducerEpoch, IllegalOperation, Abandoned) as exc:
             # IllegalOperation: aiokafka's answer to sends after its producer was fenced (not a KafkaError).
             # Another producer with this transactional.id exists: the partition's new owner (we are about to be
-            # revoked) or a restarted instance. Nothing of this window became visible; if the partition is still
-            # ours, rewind so a fresh producer answers it again.
-            log.warning("producer of %s fenced: %r", tp, exc)
-            await self.txns.close(tp)
+            # revoked) or a restarted instance; or a revoke gave up waiting for this window and closed it. Nothing
+            # of this window became visible; if the partition is still ours, rewind so a fresh producer answers it.
+            log.warning("producer of %s fenced or closed: %r", tp, exc)
+            if txn.producer is not None:
+                await self.txns.discard(tp, txn.producer)
             st.source.rewind(tp, first)
             return
         except KafkaError as exc:
@@ -223,19 +234,53 @@ class ExactlyOnce:
         st.metrics.commits.inc()
         st.progress.mark()
 
-    async def _abort(self, tp: TopicPartition, txn: _Transaction, exc: BaseException) -> None:
-        """Abort ``tp``'s transaction; a producer whose sequence state is lost (or that cannot abort) is replaced,
-        which aborts it too."""
+    async def _finish(self, tp: TopicPartition, txn: _Transaction, next_offset: int) -> None:
+        """Wait for the window's writes to ``tp``'s transaction, add its next offset and commit.
+
+        Raises:
+            aiokafka.errors.KafkaError: the first failed write (a too-large answer climbs the ladder), or the
+                failed offset add or commit; :class:`StuckTransaction` for a producer in aiokafka's FATAL_ERROR.
+        """
+        st = self._stages
+        producer = txn.producer
+        assert producer is not None
+        if txn.sent:
+            await asyncio.wait([sent.future for sent in txn.sent])
+        failure: BaseException | None = None
+        for sent in txn.sent:
+            error = sent.future.exception()
+            if error is None:
+                continue
+            failure = failure or error
+            if isinstance(error, TOO_LARGE):
+                for work in sent.works:
+                    st.writer.ladder.refused(work, error)
+        if failure is not None:
+            raise failure
         try:
-            if isinstance(exc, BROKEN_PRODUCER) or txn.producer is None:
+            await producer.send_offsets_to_transaction({tp: next_offset}, self._settings.group_id)
+            await producer.commit_transaction()
+        except AssertionError as exc:  # "Invalid state transition": its sender failed after the writes
+            raise StuckTransaction(f"the producer cannot commit: {exc}") from exc
+
+    async def _abort(self, tp: TopicPartition, txn: _Transaction, exc: BaseException) -> None:
+        """Abort ``tp``'s transaction (within ``producer_request_timeout_ms``). A producer whose sequence state is
+        lost, that is stuck, or that cannot abort is discarded instead: the next window's new producer fences it,
+        which aborts its transaction."""
+        producer = txn.producer
+        if producer is None:
+            return  # it never opened: nothing to abort
+        limit_s = self._settings.producer_request_timeout_ms / 1000.0
+        try:
+            if isinstance(exc, (*BROKEN_PRODUCER, StuckTransaction)):
                 raise exc
-            await txn.producer.abort_transaction()
+            if not await self._stages.within(producer.abort_transaction(), limit_s):
+                raise StuckTransaction(f"the abort did not finish within {limit_s:.0f} s")
         except (KafkaError, KeyError, AssertionError) as abort_exc:
             # AssertionError: aiokafka's refusal to abort from FATAL_ERROR ("Invalid state transition"), the state its
             # sender leaves after an unexpected error (a connection that timed out through a network partition).
-            log.warning("abort for %s failed (%r); restarting its producer", tp, abort_exc)
-            with contextlib.suppress(KafkaError):
-                await self.txns.reopen(tp)
+            log.warning("abort for %s failed (%r); replacing its producer", tp, abort_exc)
+            await self.txns.discard(tp, producer)
 
     # -- rebalances
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -251,6 +296,7 @@ class ExactlyOnce:
                 self._window_lock.release()
             else:
                 log.warning("revoke: the current transactions did not finish in time; the new owner fences them")
+                self._abandon.set()  # the window stops waiting for producers closed below it
         finally:
             self._revoking = False
         for tp in revoked:

@@ -100,9 +100,10 @@ class Stages:
             entries.append((work, work.rows, key, tokens))
         batcher.put_many(entries)
 
-    async def within(self, step: Awaitable[object], seconds: float) -> bool:
-        """:func:`consumer.timeouts.within` on the injected ``sleep``: whether ``step`` finished in ``seconds``."""
-        return await within(step, seconds, self.sleep)
+    async def within(self, step: Awaitable[object], seconds: float, unless: asyncio.Event | None = None) -> bool:
+        """:func:`consumer.timeouts.within` on the injected ``sleep``: whether ``step`` finished in ``seconds``
+        (and before ``unless`` was set)."""
+        return await within(step, seconds, self.sleep, unless)
 
     async def quietly(self, what: str, step: Awaitable[None]) -> None:
         """Run a shutdown step with a time limit; a broker that is gone must not turn a stop into a crash."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from aiokafka.admin import AIOKafkaAdminClient
 
 from consumer.config import Settings
-from producer_tools.faults.harness import Harness, Outcome, Plan, count_records
+from producer_tools.faults.harness import Harness, Outcome, Plan, count_records, log_excerpt
 from producer_tools.localkafka import LocalBroker
 from producer_tools.process import ConsumerProcess
 from producer_tools.produce import Outgoing
@@ -139,6 +140,15 @@ async def run_pair(
     lost = len(alo.missing) + len(eos.missing)
     ok = (held and lost == 0 and eos.duplicates == 0 and all(alive) and codes == [0, 0] and stall <= bound_s
           and written == len(records))  # fmt: skip
+    if not ok:
+        for label, proc, report, code in (
+            ("at_least_once", pair.alo_proc, alo, codes[0]),
+            ("exactly_once", pair.eos_proc, eos, codes[1]),
+        ):
+            if report.missing or code != 0 or (label == "exactly_once" and report.duplicates):
+                print(
+                    f"{name}: {label} consumer's last warnings ({proc.log}):\n{log_excerpt(proc.log)}", file=sys.stderr
+                )
     if extra is not None:
         what += "; " + extra([alo, eos], fault_ms)
     note = (

@@ -88,6 +88,17 @@ def log_lines(path: Path) -> int:
     return len(path.read_text(errors="replace").splitlines()) if path.exists() else 0
 
 
+def log_excerpt(path: Path, last: int = 25) -> str:
+    """The last ``last`` WARNING / ERROR lines of a consumer's log (each cut to 240 characters; tracebacks left out),
+    printed under a failed row so a CI log says what the consumer saw."""
+    if not path.exists():
+        return f"  ({path} is missing)"
+    picked = [
+        line[:240] for line in path.read_text(errors="replace").splitlines() if " WARNING " in line or " ERROR " in line
+    ]
+    return "\n".join(f"  {line}" for line in picked[-last:]) or "  (no warnings)"
+
+
 QUICK = Plan(
     records=600, kills=3, rate=150.0, outage_s=8.0, idle_s=10.0, backlog=5_000, node_down_s=6.0, net_cut_s=15.0
 )

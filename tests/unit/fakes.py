@@ -143,7 +143,8 @@ class FakeProducer:
         self.transactional_id = transactional_id
         self.in_transaction = False
         self.fenced = False
-        self.fatal = False  # abort_transaction refuses, as aiokafka does from FATAL_ERROR
+        self.fatal = False  # begin/abort_transaction refuse, as aiokafka does from FATAL_ERROR
+        self.hang = False  # commit_transaction never returns (a coordinator behind a network partition)
         self.pending: list[Written] = []
         self.offsets: dict[TopicPartition, int] = {}
         self.stopped = False
@@ -189,6 +190,8 @@ class FakeProducer:
     async def begin_transaction(self) -> None:
         if self.fenced:
             raise ProducerFenced()
+        if self.fatal:
+            raise AssertionError("Invalid state transition TransactionState.FATAL_ERROR -> IN_TRANSACTION")
         assert not self.in_transaction
         self.in_transaction = True
 
@@ -198,6 +201,8 @@ class FakeProducer:
     async def commit_transaction(self) -> None:
         if self.fenced:
             raise ProducerFenced()
+        if self.hang:
+            await asyncio.get_running_loop().create_future()  # aiokafka shields its wait: cancelling it is safe
         for w in self.pending:
             self.cluster.logs[(w.topic, w.partition)].append(w)
         self.cluster.committed.update(self.offsets)

@@ -78,12 +78,14 @@ async def test_a_producer_that_cannot_abort_is_replaced_and_the_window_answered_
     failures = iter([KafkaTimeoutError()])
 
     def once(topic: str, partition: int, records: list[Written]) -> BaseException | None:
-        return next(failures, None) if topic == RESULTS else None
+        error = next(failures, None) if topic == RESULTS else None
+        if error is not None:
+            broken.fatal = True  # its sender failed: aiokafka refuses the abort with an AssertionError
+        return error
 
     h.cluster.policy = once
     await h.start(partitions=(0,))
     broken = txn_producer(h, 0)
-    broken.fatal = True  # its sender failed: aiokafka refuses the abort with an AssertionError
     h.send(0, [digits_value() for _ in range(6)])
     await h.until_in_time(lambda: h.committed(0) == 6, step_ms=WINDOW_MS)
     assert broken.stopped
@@ -106,6 +108,63 @@ async def test_a_fenced_producer_drops_the_window_and_a_new_producer_answers_it(
     assert zombie.stopped
     assert txn_producer(h, 0) is not zombie
     assert sorted(source_of(w)[1] for w in h.results()) == [0, 1, 2]
+    await h.stop()
+
+
+async def test_a_commit_that_never_finishes_is_given_up_and_a_new_producer_answers_the_window_once(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock, producer_request_timeout_ms=5_000)
+    await h.start(partitions=(0,))
+    stuck = txn_producer(h, 0)
+    stuck.hang = True
+    h.send(0, [digits_value() for _ in range(3)])
+    await h.until(lambda: len(h.cluster.batches) >= 1)
+    started = clock()
+    await h.until_in_time(lambda: h.committed(0) == 3, step_ms=WINDOW_MS)
+    assert clock() - started >= 5.0  # given up after producer_request_timeout_ms, not before
+    assert stuck.stopped and stuck.transactions == []
+    assert txn_producer(h, 0) is not stuck
+    assert sorted(source_of(w)[1] for w in h.results()) == [0, 1, 2]  # the stuck one's writes never became visible
+    await h.stop()
+
+
+async def test_a_producer_that_cannot_begin_is_replaced(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value()])
+    await h.until_in_time(lambda: h.committed(0) == 1, step_ms=WINDOW_MS)
+    broken = txn_producer(h, 0)
+    broken.fatal = True  # its sender failed between two windows
+    h.send(0, [digits_value(), digits_value()])
+    await h.until_in_time(lambda: h.committed(0) == 3, step_ms=WINDOW_MS)
+    assert broken.stopped and txn_producer(h, 0) is not broken
+    assert sorted(source_of(w)[1] for w in h.results()) == [0, 1, 2]
+    assert h.app.failed is None  # the loop went on
+    await h.stop()
+
+
+async def test_a_revoke_that_gives_up_on_a_stuck_window_drops_it_and_the_next_owner_answers_once(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock, revoke_timeout_ms=1_000, producer_request_timeout_ms=600_000)
+    await h.start(partitions=(0,))
+    stuck = txn_producer(h, 0)
+    stuck.hang = True
+    h.send(0, [digits_value() for _ in range(4)])
+    await h.until(lambda: len(h.cluster.batches) >= 1)
+    tp = TopicPartition("requests", 0)
+    revoke = asyncio.ensure_future(h.consumer.revoke({tp}))
+    started = clock()
+    await h.until_in_time(revoke.done, step_ms=100)
+    assert clock() - started < 2.0  # revoke_timeout_ms, far below the commit's own limit
+    assert stuck.stopped
+    await h.consumer.assign({tp})  # the group hands it back (the same member after a partition heals)
+    await h.until_in_time(lambda: h.committed(0) == 4, step_ms=WINDOW_MS)
+    assert txn_producer(h, 0) is not stuck
+    assert sorted(source_of(w)[1] for w in h.results()) == [0, 1, 2, 3]
     await h.stop()
 
 
