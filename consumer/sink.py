@@ -74,6 +74,9 @@ _OCTET_STREAM = ("content-type", b"application/octet-stream")
 MAX_MESSAGE_CHARS = 1000
 #: In a reduced dead letter (the full one is too large to produce), each header value is cut to this, bytes.
 MAX_REDUCED_HEADER_BYTES = 1024
+#: W3C Trace Context (``traceparent``, ``tracestate``) and W3C Baggage headers: copied from a request to its result,
+#: in their order, so a trace continues across the topic (a dead letter keeps every request header anyway).
+TRACE_CONTEXT_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
 
 
 def dropped_headers(dropped: Dropped) -> Headers:
@@ -133,6 +136,8 @@ class AnswerRecords:
                 (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
                 (BINARY_HEADER, str(json_length).encode()),
             ]
+        if record.headers:
+            headers += [h for h in record.headers if h[0] in TRACE_CONTEXT_HEADERS]
         return self.results_topic, record.key, value, headers
 
     def dead_letter(
