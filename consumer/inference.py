@@ -30,6 +30,7 @@ from consumer.errors import DeadLetterReason, InferenceError
 from consumer.metrics import Metrics
 from consumer.oip.decode import DecodedRequest
 from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
+from consumer.oip.proto import response as proto_response
 from consumer.runner import CPU, OnnxRunner, non_finite_outputs, split
 from consumer.schema import floating
 from consumer.sequence import CPU_BUCKETS, GPU_BUCKETS, BatchBuffers, bucket, length_buckets
@@ -187,7 +188,9 @@ class BatchRunner:
                 continue
             response_id = work.correlation_id.decode("utf-8", "backslashreplace")
             try:
-                if request.binary_output:
+                if request.protobuf:
+                    work.result = proto_response(*encode_response_binary(response_id, signature, chosen))
+                elif request.binary_output:
                     work.result, work.result_json_length = encode_response_binary(response_id, signature, chosen)
                 else:
                     work.result = encode_response(response_id, signature, chosen)

@@ -41,6 +41,7 @@ Records are only built here; :mod:`consumer.publisher` appends them to producer 
 from __future__ import annotations
 
 from consumer.errors import DeadLetterReason, RecordError
+from consumer.oip.proto import answer_headers
 from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
 from consumer.unpack import Dropped
 from consumer.work import RecordLike, Work
@@ -111,20 +112,33 @@ class AnswerRecords:
     def of(self, work: Work) -> AnswerRecord:
         """The record answering ``work``: its result, or else its dead letter (reduced when ``work.reduced``)."""
         if work.error is None and work.result is not None:
-            return self.result(work.record, work.correlation_id, work.result, work.result_json_length)
+            protobuf = work.request is not None and work.request.protobuf
+            return self.result(work.record, work.correlation_id, work.result, work.result_json_length, protobuf)
         error = work.error or RecordError(DeadLetterReason.INFERENCE_ERROR, "no result was produced")
         return self.dead_letter(work.record, work.correlation_id, error, reduced=work.reduced)
 
     def result(
-        self, record: RecordLike, correlation_id: bytes, value: bytes, json_length: int | None = None
+        self,
+        record: RecordLike,
+        correlation_id: bytes,
+        value: bytes,
+        json_length: int | None = None,
+        protobuf: bool = False,
     ) -> AnswerRecord:
-        """The response record for ``record``.
+        """The response record for ``record``, with the request's trace context headers.
 
         Args:
             json_length: a binary data extension response: the JSON part's length, bytes; None for JSON.
+            protobuf: ``value`` is a ``ModelInferResponse`` (headers of :func:`consumer.oip.proto.answer_headers`).
         """
-        if json_length is None:
+        if protobuf:
             headers: Headers = [
+                (CORRELATION_HEADER, correlation_id),
+                *answer_headers(),
+                (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
+            ]
+        elif json_length is None:
+            headers = [
                 (CORRELATION_HEADER, correlation_id),
                 _JSON,
                 (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),

@@ -27,6 +27,7 @@ from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
 from consumer.oip.client import decode_response
+from consumer.oip.proto import PROTO_RESPONSE, SELDON_TYPE_HEADER, parse_response
 from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
 from consumer.sink import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
 from producer_tools.cli import kafka_error_text, quiet_client_logs
@@ -126,7 +127,10 @@ def _answer(rec: Any, kind: str) -> Answer | None:
         answer.reason = reason.decode() if reason else None
     else:
         length = headers.get(BINARY_HEADER)
-        body = decode_response(rec.value, int(length) if length is not None else None)
+        if headers.get(SELDON_TYPE_HEADER) == PROTO_RESPONSE:
+            body = parse_response(rec.value)
+        else:
+            body = decode_response(rec.value, int(length) if length is not None else None)
         answer.body = body
         label = body["outputs"].get("label")
         if label is not None and label.size == 1 and label.dtype.kind in "iu":  # digits: the class index

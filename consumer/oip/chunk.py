@@ -29,6 +29,7 @@ import orjson
 
 from consumer.errors import RecordError, ValidationError
 from consumer.oip.decode import DecodedRequest, Limits, decode_one, requested_outputs
+from consumer.oip.proto import CONTENT_TYPE_HEADER, SELDON_TYPE_HEADER, is_protobuf
 from consumer.oip.validate import check_declaration, check_ranges, check_values
 from consumer.oip.wire import BINARY_HEADER, Headers, binary_header_length
 from consumer.schema import ModelSignature, TensorSpec
@@ -45,6 +46,8 @@ _Binary = tuple[int, str | None, tuple[str, ...] | None, bool, memoryview]
 EXACT_IN_FLOAT64 = 2**53
 
 _BINARY_HEADER_LENGTH = len(BINARY_HEADER)
+#: Headers that may mark a protobuf request (decoded record by record).
+_PROTOBUF_HEADERS = frozenset({SELDON_TYPE_HEADER, CONTENT_TYPE_HEADER})
 
 #: (datatype, shape) of every model input, in the model's input order: the records of one group stack.
 _GroupKey = tuple[tuple[str, tuple[int, ...]], ...]
@@ -106,12 +109,14 @@ def decode_chunk(
 
 
 def _plain(value: bytes, headers: Headers, limits: Limits, scan: bool) -> bool:
-    """Whether a record may take a fast path: a value within the size limit, no binary data extension header, no
-    ``true``/``false`` in its bytes (looked for when ``scan``)."""
+    """Whether a record may take a fast path: a value within the size limit, no binary data extension header, not
+    protobuf, no ``true``/``false`` in its bytes (looked for when ``scan``)."""
     if len(value) > limits.max_record_bytes or (scan and (b"true" in value or b"false" in value)):
         return False
-    for header, _ in headers:  # noqa: SIM110 (a plain loop: no generator per record on the hot path)
+    for header, _ in headers:
         if len(header) == _BINARY_HEADER_LENGTH and header.lower() == BINARY_HEADER:
+            return False
+        if header.lower() in _PROTOBUF_HEADERS and is_protobuf(headers):
             return False
     return True
 

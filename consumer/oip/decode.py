@@ -36,6 +36,7 @@ import orjson
 
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import DecodeError, RecordError, ValidationError
+from consumer.oip.proto import is_protobuf, to_binary
 from consumer.oip.validate import (
     check_declaration,
     check_ranges,
@@ -87,9 +88,21 @@ class DecodedRequest:
         block: decoded by :func:`decode_chunk`: the arrays of every record of the chunk that declared the same
             inputs, rows one after another (``inputs`` are then views of them, made on first use); None otherwise.
         start: the first row of this request in ``block``.
+        protobuf: the record was a protobuf ``ModelInferRequest`` (:mod:`consumer.oip.proto`).
     """
 
-    __slots__ = ("_inputs", "_shape_key", "binary_output", "block", "id", "length", "outputs", "rows", "start")
+    __slots__ = (
+        "_inputs",
+        "_shape_key",
+        "binary_output",
+        "block",
+        "id",
+        "length",
+        "outputs",
+        "protobuf",
+        "rows",
+        "start",
+    )
 
     def __init__(
         self,
@@ -112,6 +125,7 @@ class DecodedRequest:
         self.block = block
         self.start = start
         self._shape_key = shape_key
+        self.protobuf = False  # a ModelInferRequest: answered with a ModelInferResponse (consumer.oip.proto)
 
     @property
     def inputs(self) -> dict[str, np.ndarray]:
@@ -253,12 +267,28 @@ def decode_one(
     limits: Limits,
     text: TextEncoder | None = None,
 ) -> DecodedRequest | RecordError:
-    """:func:`decode_request` of one record with its headers (binary extension length); the error is returned,
-    not raised."""
+    """:func:`decode_request` of one record with its headers (binary extension length; a protobuf
+    ``ModelInferRequest``, transcoded first by :func:`consumer.oip.proto.to_binary`); the error is returned, not
+    raised."""
     try:
+        if value and is_protobuf(headers):
+            if len(value) > limits.max_record_bytes:
+                raise DecodeError(
+                    R.TOO_LARGE, f"record value is {len(value)} bytes; max_record_bytes is {limits.max_record_bytes}"
+                )
+            binary, json_length = to_binary(value)
+            request = decode_request(binary, signature, _unbounded(limits), json_length=json_length, text=text)
+            request.protobuf = True
+            return request
         return decode_request(value, signature, limits, json_length=binary_header_length(headers), text=text)
     except RecordError as err:
         return err
+
+
+def _unbounded(limits: Limits) -> Limits:
+    """``limits`` without the byte limit: a protobuf value was measured before it was transcoded (typed contents
+    take more bytes once unpacked, e.g. a varint INT64)."""
+    return Limits(2**62, limits.max_record_rows, limits.max_record_tokens)
 
 
 def _sequence_request(

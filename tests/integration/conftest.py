@@ -67,6 +67,27 @@ async def answers(
     return await collect(bootstrap, topics["results"], topics["dlq"], expected, timeout_s, progress=False, **options)
 
 
+async def read_all(bootstrap: str, topic: str) -> list[Any]:
+    """Every record of ``topic`` up to its end offsets now (aiokafka ``ConsumerRecord``s, partition by partition)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from producer_tools.dlq import partitions_of
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(await partitions_of(bootstrap, topic))]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        out: list[Any] = []
+        while any([await consumer.position(tp) < end for tp, end in ends.items()]):
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                out += records
+        return out
+    finally:
+        await consumer.stop()
+
+
 @pytest.fixture
 async def start_app(kafka_bootstrap: str, topics: dict[str, str], digits_model: Path) -> AsyncIterator[AppFactory]:
     """Start a consumer in-process; ``await start_app(**setting_overrides)`` (default model: digits). Stopped at

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from consumer.oip.client import encode_request
 from consumer.oip.wire import CORRELATION_HEADER
-from producer_tools.dlq import main, partitions_of
+from producer_tools.dlq import main
 from producer_tools.produce import Outgoing
-from tests.integration.conftest import AppFactory, answers
+from tests.integration.conftest import AppFactory, answers, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -42,23 +42,13 @@ async def send(bootstrap: str, topic: str, records: list[Outgoing]) -> None:
 
 async def results_by_id(bootstrap: str, topic: str) -> tuple[Counter[str], dict[str, dict[str, bytes]]]:
     """Every result on ``topic`` (to its end now), counted by correlation ID, and the headers of each."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in await partitions_of(bootstrap, topic)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        counts: Counter[str] = Counter()
-        headers: dict[str, dict[str, bytes]] = {}
-        while any([await consumer.position(tp) < end for tp, end in ends.items()]):
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                for rec in records:
-                    cid = dict(rec.headers)[CORRELATION_HEADER].decode()
-                    counts[cid] += 1
-                    headers[cid] = dict(rec.headers)
-        return counts, headers
-    finally:
-        await consumer.stop()
+    counts: Counter[str] = Counter()
+    headers: dict[str, dict[str, bytes]] = {}
+    for rec in await read_all(bootstrap, topic):
+        cid = dict(rec.headers)[CORRELATION_HEADER].decode()
+        counts[cid] += 1
+        headers[cid] = dict(rec.headers)
+    return counts, headers
 
 
 async def dlq(
