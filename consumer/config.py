@@ -88,6 +88,21 @@ class Settings(BaseSettings):
     producer_request_timeout_ms: int = Field(
         30_000, ge=1_000, description="Producer wait for metadata or an acknowledgement before a write is retried, ms."
     )
+    retry_backoff_ms: int = Field(
+        100,
+        ge=1,
+        description="First pause before a transient failure (a write, an out-of-memory batch) is retried, ms.",
+    )
+    retry_backoff_max_ms: int = Field(
+        5_000, ge=1, description="Longest pause between retries; the pause doubles from retry_backoff_ms up to it, ms."
+    )
+    inference_retries: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description="Retries of a micro-batch whose inference failed transiently (GPU or host out of memory), with "
+        "backoff, before it is bisected and a record failing alone is dead-lettered; other failures are not retried.",
+    )
     revoke_timeout_ms: int = Field(
         5_000, ge=0, description="On a rebalance, time to finish and commit work of revoked partitions, ms."
     )
@@ -261,6 +276,8 @@ class Settings(BaseSettings):
     def _check(self) -> Settings:
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be below session_timeout_ms")
+        if self.retry_backoff_max_ms < self.retry_backoff_ms:
+            raise ValueError("retry_backoff_max_ms must be at least retry_backoff_ms")
         if self.max_in_flight_bytes < self.max_record_bytes:
             raise ValueError("max_in_flight_bytes must be at least max_record_bytes (one largest record must fit)")
         if self.max_batch_unpacked_bytes < self.max_record_bytes:

@@ -128,7 +128,44 @@ class ValidationError(RecordError):
 
 
 class InferenceError(RecordError):
-    """Inference failed for this record or broke the output contract."""
+    """Inference failed for this record or broke the output contract.
+
+    Attributes:
+        transient: why the failure may pass on a retry (one of :data:`TRANSIENT_PATTERNS`' reasons), or None.
+    """
+
+    transient: str | None = None
+
+
+#: Failures of ONNX Runtime that may pass when the batch runs again: (reason, lower-case substrings of the message).
+#: Out of memory: the CUDA provider's "CUDA failure 2: out of memory" / cudaErrorMemoryAllocation, cuDNN's and
+#: cuBLAS's ALLOC_FAILED, the BFC arena's "Failed to allocate memory" / "Available memory of ... is smaller than
+#: requested bytes", and the CPU allocator's bad_alloc. Anything else (a shape the model refuses, a NaN check, a
+#: kernel that is not implemented) fails the same way every time and is never retried.
+TRANSIENT_PATTERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "out_of_memory",
+        (
+            "out of memory",
+            "failed to allocate",
+            "alloc_failed",
+            "is smaller than requested bytes",
+            "bad_alloc",
+            "cudaerrormemoryallocation",
+        ),
+    ),
+)
+
+
+def transient_reason(exc: BaseException) -> str | None:
+    """Why ``exc`` (an ONNX Runtime failure) may pass on a retry (:data:`TRANSIENT_PATTERNS`), or None."""
+    if isinstance(exc, MemoryError):
+        return "out_of_memory"
+    text = str(exc).lower()
+    for reason, patterns in TRANSIENT_PATTERNS:
+        if any(p in text for p in patterns):
+            return reason
+    return None
 
 
 class NotSentError(KafkaError):  # type: ignore[misc]

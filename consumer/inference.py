@@ -5,8 +5,9 @@
   sequence models padded to the batch's longest row (:class:`~consumer.sequence.BatchBuffers`).
 - **Infer**: ``OnnxRunner.run`` in the dedicated inference thread, off the event loop (on the loop for a model
   whose largest batch computes in under a millisecond, :data:`INLINE_BELOW_S`); it checks every output's first
-  dimension against the batch's rows. A batch that fails is bisected until the culprit is alone: its
-  neighbours get their results, only it is dead-lettered (``inference_error``).
+  dimension against the batch's rows. A batch whose failure is transient (out of memory) runs again after a
+  capped exponential backoff, ``inference_retries`` times; a batch that still fails is bisected until the culprit
+  is alone: its neighbours get their results, only it is dead-lettered (``inference_error``).
 - **Answer**: outputs cut back per request (per-token outputs of sequence models also to the request's own
   length); a record whose outputs hold NaN or Inf is ``non_finite_output``; responses are encoded for the whole
   batch at once (:class:`~consumer.oip.encode.BatchEncoder`), record by record only where a request asked for some
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,6 +35,7 @@ from consumer.oip.proto import response as proto_response
 from consumer.runner import CPU, OnnxRunner, non_finite_outputs, split
 from consumer.schema import floating
 from consumer.sequence import CPU_BUCKETS, GPU_BUCKETS, BatchBuffers, bucket, length_buckets
+from consumer.timeouts import Backoff
 from consumer.work import Work, loggable
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,9 @@ class BatchRunner:
         clock: monotonic seconds.
         max_batch_tokens: sequence models: the micro-batch budget in padded tokens; None: :data:`CPU_BATCH_TOKENS`
             on CPU, :data:`GPU_BATCH_TOKENS` on CUDA and TensorRT.
+        retries: runs again of a batch whose failure is transient (``InferenceError.transient``: out of memory),
+            after ``backoff``'s pause (awaited with ``sleep``: the event loop, heartbeats included, runs meanwhile),
+            before it is bisected.
 
     Attributes:
         batch_tokens: the batcher's token budget (rows x length bucket), tokens; None for other models.
@@ -67,9 +72,20 @@ class BatchRunner:
     """
 
     def __init__(
-        self, runner: OnnxRunner, metrics: Metrics, clock: Callable[[], float], max_batch_tokens: int | None = None
+        self,
+        runner: OnnxRunner,
+        metrics: Metrics,
+        clock: Callable[[], float],
+        max_batch_tokens: int | None = None,
+        *,
+        retries: int = 0,
+        backoff: Backoff | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.runner = runner
+        self._retries = retries
+        self._backoff = backoff or Backoff()
+        self._sleep = sleep
         self._metrics = metrics
         self._clock = clock
         self._sequence = runner.signature.sequence
@@ -123,23 +139,38 @@ class BatchRunner:
         feeds, rows, length = self._assemble(requests, buffers)
         ran = self._clock()
         self._stages["assemble"].inc(ran - started)
-        try:
-            if self.inline:
-                outputs = self.runner.run(feeds, rows)
-            else:
-                outputs = await asyncio.get_running_loop().run_in_executor(self._executor, self.runner.run, feeds, rows)
-        except InferenceError as err:
-            if len(batch) == 1:
-                batch[0].error = err
-                log.warning("inference failed for correlation_id=%s: %s", loggable(batch[0].correlation_id), err)
+        attempt = 0
+        while True:
+            try:
+                if self.inline:
+                    outputs = self.runner.run(feeds, rows)
+                else:
+                    loop = asyncio.get_running_loop()
+                    outputs = await loop.run_in_executor(self._executor, self.runner.run, feeds, rows)
+                break
+            except InferenceError as err:
+                if err.transient is not None and attempt < self._retries:
+                    # The same batch again: its records keep their place (answers are published in offset order).
+                    delay = self._backoff.delay(attempt)
+                    log.warning("inference failed transiently (%s), retry %d of %d in %.2f s: %s",
+                                err.transient, attempt + 1, self._retries, delay, err)  # fmt: skip
+                    self._metrics.retries.labels("inference", err.transient).inc()
+                    attempt += 1
+                    await self._sleep(delay)
+                    ran = self._clock()
+                    continue
+                if len(batch) == 1:
+                    batch[0].error = err
+                    log.warning("inference failed for correlation_id=%s: %s", loggable(batch[0].correlation_id), err)
+                    return
+                # Bisect: halves that run get their results; only a record that fails alone is dead-lettered. A
+                # model whose batch axis is declared dynamic but only runs at batch 1 ends up answered record by
+                # record (and a batch too large for the memory left runs as smaller ones).
+                self._metrics.batch_failures.inc()
+                mid = len(batch) // 2
+                await self.run(batch[:mid], buffers)
+                await self.run(batch[mid:], buffers)
                 return
-            # Bisect: halves that run get their results; only a record that fails alone is dead-lettered. A model
-            # whose batch axis is declared dynamic but only runs at batch 1 ends up answered record by record.
-            self._metrics.batch_failures.inc()
-            mid = len(batch) // 2
-            await self.run(batch[:mid], buffers)
-            await self.run(batch[mid:], buffers)
-            return
         done = self._clock()
         self._stages["infer"].inc(done - ran)
         self._metrics.inference_seconds.observe(done - ran)

@@ -106,6 +106,13 @@ class Metrics:
         self.produce_retries = Counter(
             "streaminfer_produce_retries", "Result or dead-letter writes retried after a failure.", registry=registry
         )
+        self.retries = Counter(
+            "streaminfer_retries",
+            "Transient failures retried with backoff, by stage (inference: a micro-batch run again; produce: records "
+            "written again) and reason (out_of_memory, or the Kafka error's class).",
+            ["stage", "reason"],
+            registry=registry,
+        )
         self.batch_failures = Counter(
             "streaminfer_batch_failures",
             "Inference runs that failed and were bisected to isolate the culprit records.",

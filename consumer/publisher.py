@@ -41,13 +41,11 @@ from consumer.errors import BROKEN_PRODUCER, TOO_LARGE, DeadLetterReason, NotSen
 from consumer.metrics import Metrics
 from consumer.partitioner import partitions_for_keys
 from consumer.sink import AnswerRecord, AnswerRecords
+from consumer.timeouts import Backoff
 from consumer.work import Work, loggable
 
 log = logging.getLogger(__name__)
 
-#: First and largest pause between rounds of retried writes, seconds.
-RETRY_BACKOFF_FIRST_S = 0.1
-RETRY_BACKOFF_MAX_S = 5.0
 #: Longest wait to close a broken producer, seconds (a broker that is gone must not hold the publisher).
 CLOSE_TIMEOUT_S = 2.0
 
@@ -314,6 +312,7 @@ class Publisher:
         on_acked: called with the answers the broker acknowledged (each once), in acknowledgement order.
         client_id: the producer's client id.
         sleep: ``asyncio.sleep`` or a fake (retry backoff).
+        backoff: pause between rounds of retried writes, and between attempts to start a new producer.
     """
 
     def __init__(
@@ -325,7 +324,9 @@ class Publisher:
         *,
         client_id: str,
         sleep: Sleep = asyncio.sleep,
+        backoff: Backoff | None = None,
     ) -> None:
+        self._backoff = backoff or Backoff()
         self._clients = clients
         self._writer = writer
         self._metrics = metrics
@@ -338,7 +339,7 @@ class Publisher:
         self._sent: deque[Sent] = deque()  # handed to the client, in order, until settled (all of them on failure)
         self._unsettled = 0
         self._failed = False
-        self._backoff_s = RETRY_BACKOFF_FIRST_S
+        self._attempt = 0  # rounds of retried writes since the last acknowledgement
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -461,7 +462,7 @@ class Publisher:
             if fresh:
                 self._on_acked(fresh)
             if not self._failed:
-                self._backoff_s = RETRY_BACKOFF_FIRST_S
+                self._attempt = 0
                 while self._sent and self._sent[0].settled and self._sent[0].error is None:
                     self._sent.popleft()
         else:
@@ -490,6 +491,8 @@ class Publisher:
             if error is None:
                 continue
             failed += len(entry.works)
+            if not isinstance(error, NotSentError):
+                self._metrics.retries.labels("produce", type(error).__name__).inc(len(entry.works))
             if isinstance(error, BROKEN_PRODUCER) and broken is None:
                 broken = error
             if isinstance(error, TOO_LARGE):
@@ -502,8 +505,8 @@ class Publisher:
         self._metrics.produce_retries.inc(failed)
         if broken is not None:
             await self._replace_producer(broken)
-        await self._sleep(self._backoff_s)
-        self._backoff_s = min(2 * self._backoff_s, RETRY_BACKOFF_MAX_S)
+        await self._sleep(self._backoff.delay(self._attempt))
+        self._attempt += 1
         self._unsent.extendleft(reversed(again))
         self._failed = False
 
@@ -513,15 +516,16 @@ class Publisher:
         unreachable."""
         log.warning("replacing the producer after %r", cause)
         await self.close()
-        backoff = RETRY_BACKOFF_FIRST_S
+        attempt = 0
         while True:
             try:
                 self.producer = await self._clients.producer(self._client_id)
                 return
             except KafkaError as exc:
-                log.warning("cannot start a new producer (%r); retrying in %.1f s", exc, backoff)
-                await self._sleep(backoff)
-                backoff = min(2 * backoff, RETRY_BACKOFF_MAX_S)
+                delay = self._backoff.delay(attempt)
+                log.warning("cannot start a new producer (%r); retrying in %.1f s", exc, delay)
+                await self._sleep(delay)
+                attempt += 1
 
     async def drain(self) -> None:
         """Wait until every released answer is acknowledged."""

@@ -28,7 +28,7 @@ from consumer.compat import (
     output_spec,
     static_batch,
 )
-from consumer.errors import DeadLetterReason, InferenceError, ModelError, RecordError
+from consumer.errors import DeadLetterReason, InferenceError, ModelError, RecordError, transient_reason
 from consumer.oip.decode import Limits, decode_request
 from consumer.probe import graph_constants, probe, rows_from
 from consumer.schema import ModelSignature, floating
@@ -225,14 +225,15 @@ class OnnxRunner:
             a batch axis (``TensorSpec.batched`` false).
 
         Raises:
-            InferenceError: ONNX Runtime raised, or a batched output's first dimension is not ``rows``.
+            InferenceError: ONNX Runtime raised (``transient`` set when it may pass on a retry: out of memory), or
+                a batched output's first dimension is not ``rows``.
         """
         try:
             out = self.execute(feeds, rows)
         except Exception as exc:
-            raise InferenceError(
-                DeadLetterReason.INFERENCE_ERROR, f"ONNX Runtime failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            err = InferenceError(DeadLetterReason.INFERENCE_ERROR, f"ONNX Runtime failed: {type(exc).__name__}: {exc}")
+            err.transient = transient_reason(exc)
+            raise err from exc
         for spec in self.signature.outputs:
             arr = out[spec.name]
             if spec.batched and (arr.ndim == 0 or arr.shape[0] != rows):

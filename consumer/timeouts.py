@@ -4,6 +4,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Capped exponential backoff between retries: ``first_s``, doubling each attempt, at most ``max_s`` (settings
+    ``retry_backoff_ms`` and ``retry_backoff_max_ms``)."""
+
+    first_s: float = 0.1
+    max_s: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (0 for the first)."""
+        return float(min(self.first_s * 2 ** min(attempt, 32), self.max_s))
 
 
 async def within(

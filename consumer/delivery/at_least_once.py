@@ -29,7 +29,7 @@ from aiokafka import TopicPartition
 
 from consumer.budget import InFlight
 from consumer.committer import Committer
-from consumer.delivery.stages import Stages, wait_until
+from consumer.delivery.stages import Stages, backoff, wait_until
 from consumer.publisher import Publisher, count_answers
 from consumer.sequence import BatchBuffers
 from consumer.work import Work
@@ -60,6 +60,7 @@ class AtLeastOnce:
             self._acked,
             client_id=f"{s.client_id}-producer",
             sleep=stages.sleep,
+            backoff=backoff(s),
         )
         self.committer = Committer(
             stages.source.consumer,

@@ -32,9 +32,9 @@ from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, KafkaError, 
 
 from consumer.budget import InFlight
 from consumer.clients import ProducerClient
-from consumer.delivery.stages import Stages
+from consumer.delivery.stages import Stages, backoff
 from consumer.errors import BROKEN_PRODUCER, TOO_LARGE
-from consumer.publisher import RETRY_BACKOFF_FIRST_S, Sent, count_answers
+from consumer.publisher import Sent, count_answers
 from consumer.transactions import PartitionTransactions
 from consumer.work import Work
 
@@ -73,6 +73,7 @@ class ExactlyOnce:
         self._settings = stages.settings
         self.txns = PartitionTransactions(stages.settings, stages.clients)
         self._buffers = stages.inference.buffers()
+        self._backoff = backoff(stages.settings)
         self._window_lock = asyncio.Lock()  # a revoke waits for the window in its transactions
         self._stop = asyncio.Event()
         self._revoking = False
@@ -220,9 +221,10 @@ class ExactlyOnce:
         except KafkaError as exc:
             log.warning("transaction for %s failed, aborting and re-reading %d records: %r", tp, len(works), exc)
             st.metrics.produce_retries.inc(len(works))
+            st.metrics.retries.labels("produce", type(exc).__name__).inc(len(works))
             await self._abort(tp, txn, exc)
             st.source.rewind(tp, first)
-            await st.sleep(RETRY_BACKOFF_FIRST_S)
+            await st.sleep(self._backoff.first_s)
             return
         finally:
             st.metrics.stage_seconds.labels("commit").inc(st.clock() - started)

@@ -24,7 +24,7 @@ from consumer.runner import OnnxRunner
 from consumer.sequence import TextEncoder
 from consumer.sink import AnswerRecords
 from consumer.source import Source
-from consumer.timeouts import within
+from consumer.timeouts import Backoff, within
 from consumer.work import Work
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,9 @@ def build_stages(
         clients=clients,
         source=source,
         intake=intake,
-        inference=BatchRunner(runner, metrics, clock, s.max_batch_tokens),
+        inference=BatchRunner(
+            runner, metrics, clock, s.max_batch_tokens, retries=s.inference_retries, backoff=backoff(s), sleep=sleep
+        ),
         writer=writer,
         tracker=tracker,
         progress=progress,
@@ -176,6 +178,11 @@ def build_stages(
         sleep=sleep,
         fail=fail,
     )
+
+
+def backoff(s: Settings) -> Backoff:
+    """The retry backoff of the settings (``retry_backoff_ms`` doubling up to ``retry_backoff_max_ms``)."""
+    return Backoff(s.retry_backoff_ms / 1000.0, s.retry_backoff_max_ms / 1000.0)
 
 
 async def wait_until(

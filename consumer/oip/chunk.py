@@ -48,6 +48,7 @@ EXACT_IN_FLOAT64 = 2**53
 _BINARY_HEADER_LENGTH = len(BINARY_HEADER)
 #: Headers that may mark a protobuf request (decoded record by record).
 _PROTOBUF_HEADERS = frozenset({SELDON_TYPE_HEADER, CONTENT_TYPE_HEADER})
+_PROTOBUF_HEADER_LENGTHS = frozenset(len(h) for h in _PROTOBUF_HEADERS)
 
 #: (datatype, shape) of every model input, in the model's input order: the records of one group stack.
 _GroupKey = tuple[tuple[str, tuple[int, ...]], ...]
@@ -116,7 +117,7 @@ def _plain(value: bytes, headers: Headers, limits: Limits, scan: bool) -> bool:
     for header, _ in headers:
         if len(header) == _BINARY_HEADER_LENGTH and header.lower() == BINARY_HEADER:
             return False
-        if header.lower() in _PROTOBUF_HEADERS and is_protobuf(headers):
+        if len(header) in _PROTOBUF_HEADER_LENGTHS and header.lower() in _PROTOBUF_HEADERS and is_protobuf(headers):
             return False
     return True
 

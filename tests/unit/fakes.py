@@ -376,18 +376,20 @@ class FakeClients:
 class FakeSession:
     """An ONNX Runtime session for the digits signature: label = argmax, probabilities = the first 10 inputs.
 
-    ``fail_when(feeds)`` may say a batch fails (e.g. when a marked row is in it).
+    ``fail_when(feeds)`` may say a batch fails (e.g. when a marked row is in it), with ``fail_with`` as ONNX
+    Runtime's message.
     """
 
     def __init__(self, fail_when: Callable[[dict[str, np.ndarray]], bool] | None = None) -> None:
         self.fail_when = fail_when
+        self.fail_with = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : the fake model refuses this batch"
         self.batches: list[int] = []
 
     def run(self, output_names: list[str] | None, input_feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         x = input_feed["input"]
         self.batches.append(int(x.shape[0]))
         if self.fail_when is not None and self.fail_when(input_feed):
-            raise RuntimeError("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : the fake model refuses this batch")
+            raise RuntimeError(self.fail_with)
         probabilities = np.ascontiguousarray(x[:, :10], dtype=np.float32)
         return [probabilities.argmax(axis=1).astype(np.int64), probabilities]
 

@@ -61,7 +61,53 @@ async def test_answers_are_handed_over_in_offset_order_through_bisection_and_dea
         assert in_offset_order(answers)
     assert set(h.reasons().values()) == {"invalid_json", "inference_error"}
     assert {k for k, v in h.reasons().items() if v == "inference_error"} == {(0, 5), (0, 16), (1, 5), (1, 16)}
+    assert h.metrics.registry.get_sample_value("streaminfer_retries_total", INFERENCE_OOM) is None  # not transient
     await h.until(lambda: h.committed(0) == 40 and h.committed(1) == 40)
+    await h.stop()
+
+
+INFERENCE_OOM = {"stage": "inference", "reason": "out_of_memory"}
+#: The CUDA execution provider's message when a batch does not fit in GPU memory.
+CUDA_OOM = (
+    "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running MatMul node. "
+    "CUDA failure 2: out of memory ; GPU=0"
+)
+
+
+async def test_an_out_of_memory_batch_is_run_again_after_a_backoff_and_answered_whole(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Harness(tmp_path, digits_signature, clock, inference_retries=3, retry_backoff_ms=100, retry_backoff_max_ms=150)
+    failures = iter([True, True])
+    h.session.fail_when = lambda feeds: next(failures, False)
+    h.session.fail_with = CUDA_OOM
+    await h.start(partitions=(0,))
+    started = clock()
+    h.send(0, [digits_value() for _ in range(4)])
+    await h.until_in_time(lambda: len(h.results()) == 4, step_ms=10)
+    assert clock() - started >= 0.1 + 0.15  # 100 ms, then 200 ms capped at 150, on the injected clock
+    assert h.session.batches == [4, 4, 4]  # the same batch, whole: no bisection
+    assert h.dead_letters() == []
+    assert h.metrics.registry.get_sample_value("streaminfer_retries_total", INFERENCE_OOM) == 2
+    assert h.metrics.registry.get_sample_value("streaminfer_batch_failures_total") == 0
+    assert all(in_offset_order(answers) for answers in per_destination(h.handed_over()).values())
+    await h.stop()
+
+
+async def test_a_record_that_keeps_running_out_of_memory_is_dead_lettered_alone_once_retries_are_spent(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Harness(tmp_path, digits_signature, clock, inference_retries=1, retry_backoff_ms=10)
+    h.session.fail_when = lambda feeds: bool((feeds["input"][:, 63] == 9).any())
+    h.session.fail_with = CUDA_OOM
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value(), digits_value(), digits_value(marker=9.0), digits_value()])
+    await h.until_in_time(lambda: len(h.results()) + len(h.dead_letters()) == 4, step_ms=10)
+    assert h.reasons() == {(0, 2): "inference_error"}
+    assert len(h.results()) == 3
+    # One retry at each level the culprit's batch failed: 4 rows, then its half, then alone.
+    assert h.metrics.registry.get_sample_value("streaminfer_retries_total", INFERENCE_OOM) == 3
+    assert all(in_offset_order(answers) for answers in per_destination(h.handed_over()).values())
     await h.stop()
 
 
@@ -162,6 +208,8 @@ async def test_writes_failing_while_the_broker_is_away_are_retried_with_backoff(
     await h.until(lambda: h.metrics.registry.get_sample_value("streaminfer_produce_retries_total") >= 6)
     assert h.results() == []
     assert h.committed(0) is None
+    by_reason = {"stage": "produce", "reason": "KafkaTimeoutError"}
+    assert h.metrics.registry.get_sample_value("streaminfer_retries_total", by_reason) >= 6
     h.cluster.policy = "ack"  # the broker is back
     await h.until_in_time(lambda: len(h.results()) == 6)
     assert [source_of(w)[1] for w in sorted(h.results(), key=lambda w: source_of(w)[1])] == list(range(6))

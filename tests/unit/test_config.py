@@ -3,9 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from consumer.__main__ import EXIT_CONFIG, main
-from consumer.config import load_settings
+from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError
 
 
@@ -122,3 +123,10 @@ def test_an_abbreviated_or_unknown_flag_is_refused_with_the_closest_flag(model: 
         load_settings(["--model-path", str(model), "--max-batch-siz", "3"], environ={})
     with pytest.raises(ConfigError, match="unrecognized arguments: --frobnicate; --help lists every flag"):
         load_settings(["--model-path", str(model), "--frobnicate"], environ={})
+
+
+def test_the_retry_backoff_must_not_shrink(tmp_path: Path) -> None:
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    with pytest.raises(ValidationError, match="retry_backoff_max_ms must be at least retry_backoff_ms"):
+        Settings(model_path=model, retry_backoff_ms=500, retry_backoff_max_ms=100)

@@ -3,10 +3,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from consumer.errors import DeadLetterReason, InferenceError
+from consumer.errors import DeadLetterReason, InferenceError, transient_reason
 from consumer.runner import OnnxRunner, non_finite_outputs, split
 from consumer.schema import ModelSignature
 from consumer.sequence import BatchBuffers
+from consumer.timeouts import Backoff
 
 
 class FakeSession:
@@ -87,3 +88,27 @@ def test_warmup_tolerates_a_model_that_only_runs_at_batch_one(digits_signature: 
 def test_warmup_fails_when_batch_one_fails(digits_signature: ModelSignature) -> None:
     with pytest.raises(InferenceError):
         OnnxRunner(FakeSession(fail=True), digits_signature).warmup([1, 64], runs=1)
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : CUDA failure 2: out of memory ; GPU=0", "out_of_memory"),
+        (
+            "BFCArena::AllocateRawInternal Available memory of 0 is smaller than requested bytes of 4096",
+            "out_of_memory",
+        ),
+        ("CUDNN failure 4: CUDNN_STATUS_ALLOC_FAILED", "out_of_memory"),
+        ("std::bad_alloc", "out_of_memory"),
+        ("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input", None),
+        ("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation", None),
+    ],
+)
+def test_only_out_of_memory_is_transient(message: str, reason: str | None) -> None:
+    assert transient_reason(RuntimeError(message)) == reason
+    assert transient_reason(MemoryError()) == "out_of_memory"
+
+
+def test_the_backoff_doubles_up_to_its_cap() -> None:
+    assert [Backoff(0.1, 0.5).delay(n) for n in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+    assert Backoff(0.1, 5.0).delay(10_000) == 5.0  # no overflow after a long outage
