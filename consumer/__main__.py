@@ -29,6 +29,7 @@ from consumer.logs import setup_logging
 from consumer.metrics import Metrics
 from consumer.runner import CUDA, TENSORRT, OnnxRunner, describe, warmup_plan
 from consumer.security import secret_values
+from consumer.tracing import Tracing, from_environment
 
 log = logging.getLogger("consumer")
 
@@ -62,6 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"streaminfer-consumer: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        tracing = from_environment(settings.group_id)
+    except ConfigError as exc:
+        print(f"streaminfer-consumer: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     problem = budget_problem(settings.max_in_flight_bytes, settings.max_batch_unpacked_bytes, memory_limit_bytes())
     if problem is not None:
         print(f"streaminfer-consumer: {problem}", file=sys.stderr)
@@ -82,14 +88,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("http_port %s: cannot listen on %s: %s", settings.http_port, settings.http_host, exc)
             return EXIT_CONFIG
     try:
-        return _load_and_serve(settings, metrics, probes, lambda: limiter.held_total)
+        return _load_and_serve(settings, metrics, probes, lambda: limiter.held_total, tracing)
     finally:
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
 
 
-def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes, held_client_logs: Callable[[], int]) -> int:
+def _load_and_serve(
+    settings: Settings,
+    metrics: Metrics,
+    probes: Probes,
+    held_client_logs: Callable[[], int],
+    tracing: Tracing | None,
+) -> int:
     try:
         runner = OnnxRunner.from_settings(settings)
         sizes, lengths = warmup_plan(runner, settings.max_batch_size)
@@ -111,7 +123,7 @@ def _load_and_serve(settings: Settings, metrics: Metrics, probes: Probes, held_c
         log.warning("CUDA is active but NVML is not available: streaminfer_gpu_memory_used_bytes is not exported")
     probes.provider_ok = on_gpu or not settings.require_gpu
     probes.warm = True
-    app = StreamInferApp(settings, runner, metrics, held_client_logs=held_client_logs)
+    app = StreamInferApp(settings, runner, metrics, held_client_logs=held_client_logs, tracing=tracing)
     settle_garbage_collector()
     return asyncio.run(serve_until_signal(app, probes))
 

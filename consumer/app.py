@@ -33,6 +33,7 @@ from consumer.link import BrokerLink
 from consumer.metrics import Metrics
 from consumer.runner import OnnxRunner
 from consumer.security import kafka_security_kwargs
+from consumer.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class StreamInferApp:
         clients: makes the Kafka clients; default the real ones (:class:`~consumer.clients.KafkaClients`).
         held_client_logs: how many Kafka client log records were held back so far
             (:attr:`consumer.logs.ClientLogLimiter.held_total`), reported when the cluster answers again.
+        tracing: OpenTelemetry spans (:func:`consumer.tracing.from_environment`), or None: traces off.
     """
 
     def __init__(
@@ -67,7 +69,9 @@ class StreamInferApp:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clients: Clients | None = None,
         held_client_logs: Callable[[], int] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
+        self._tracing = tracing
         self.settings = settings
         self.runner = runner
         self.metrics = metrics
@@ -102,6 +106,7 @@ class StreamInferApp:
             wall_clock=self._wall_clock,
             sleep=self._sleep,
             fail=self._fail,
+            tracing=self._tracing,
         )
         mode = AtLeastOnce(stages) if self.settings.delivery == "at_least_once" else ExactlyOnce(stages)
         await mode.start()
@@ -143,6 +148,8 @@ class StreamInferApp:
             self._link_task.cancel()
         if self.mode is not None:
             await self.mode.stop(max(0.5, self.settings.shutdown_grace_s - SHUTDOWN_RESERVE_S))
+        if self._tracing is not None:
+            await asyncio.to_thread(self._tracing.close)  # exports what is buffered (a blocking HTTP call)
         log.info("stopped")
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:

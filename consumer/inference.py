@@ -36,6 +36,7 @@ from consumer.runner import CPU, OnnxRunner, non_finite_outputs, split
 from consumer.schema import floating
 from consumer.sequence import CPU_BUCKETS, GPU_BUCKETS, BatchBuffers, bucket, length_buckets
 from consumer.timeouts import Backoff
+from consumer.tracing import Tracing
 from consumer.work import Work, loggable
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class BatchRunner:
         retries: runs again of a batch whose failure is transient (``InferenceError.transient``: out of memory),
             after ``backoff``'s pause (awaited with ``sleep``: the event loop, heartbeats included, runs meanwhile),
             before it is bisected.
+        tracing: a span per batch run (:mod:`consumer.tracing`), or None.
 
     Attributes:
         batch_tokens: the batcher's token budget (rows x length bucket), tokens; None for other models.
@@ -81,8 +83,10 @@ class BatchRunner:
         retries: int = 0,
         backoff: Backoff | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        tracing: Tracing | None = None,
     ) -> None:
         self.runner = runner
+        self._tracing = tracing
         self._retries = retries
         self._backoff = backoff or Backoff()
         self._sleep = sleep
@@ -134,6 +138,14 @@ class BatchRunner:
 
         Never raises for a record's fault: a failing batch is bisected so that only the culprit is dead-lettered.
         """
+        if self._tracing is None:
+            await self._run(batch, buffers)
+            return
+        rows = sum(w.request.rows for w in batch if w.request is not None)
+        with self._tracing.batch(batch, rows, self.runner.signature.name, self.runner.provider):
+            await self._run(batch, buffers)
+
+    async def _run(self, batch: Sequence[Work], buffers: BatchBuffers) -> None:
         requests = [w.request for w in batch if w.request is not None]
         started = self._clock()
         feeds, rows, length = self._assemble(requests, buffers)

@@ -12,7 +12,7 @@ COPY consumer consumer
 COPY producer_tools producer_tools
 COPY models models
 RUN python3 -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir ".[digits]" \
+ && /opt/venv/bin/pip install --no-cache-dir ".[digits,otel]" \
  && /opt/venv/bin/python models/digits/build.py --out /opt/streaminfer/models \
  && /opt/venv/bin/pip uninstall --yes scikit-learn skl2onnx onnx scipy joblib threadpoolctl
 

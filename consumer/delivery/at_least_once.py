@@ -213,6 +213,8 @@ class AtLeastOnce:
             work.offsets.done(work.record.offset)
         self.held.remove(works)
         count_answers(st.metrics, works, st.wall_clock() * 1000.0)
+        if st.tracing is not None:
+            st.tracing.answered(works, st.clock())
         st.writer.ladder.forget(works)
         self.committer.want()
         self._acks.set()

@@ -231,6 +231,8 @@ class ExactlyOnce:
         for work in works:
             work.offsets.done(work.record.offset)
         count_answers(st.metrics, works, st.wall_clock() * 1000.0)
+        if st.tracing is not None:
+            st.tracing.answered(works, st.clock())
         st.writer.ladder.forget(works)
         st.tracker.mark_committed({tp: next_offset})
         st.metrics.commits.inc()

@@ -25,6 +25,7 @@ from consumer.sequence import TextEncoder
 from consumer.sink import AnswerRecords
 from consumer.source import Source
 from consumer.timeouts import Backoff, within
+from consumer.tracing import Tracing
 from consumer.work import Work
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class Stages:
         wall_clock: epoch seconds (record age against Kafka timestamps, record timestamps).
         sleep: ``asyncio.sleep`` or a fake that a test's clock resolves.
         fail: reports a failed background task (the process then stops with exit code 1).
+        tracing: OpenTelemetry spans (:mod:`consumer.tracing`), or None when traces are off.
     """
 
     settings: Settings
@@ -69,6 +71,7 @@ class Stages:
     wall_clock: Callable[[], float]
     sleep: Sleep
     fail: Fail
+    tracing: Tracing | None = None
     #: Whether the group was joined once (the "serving" line is logged then, not before).
     served: bool = False
 
@@ -128,6 +131,7 @@ def build_stages(
     wall_clock: Callable[[], float],
     sleep: Sleep,
     fail: Fail,
+    tracing: Tracing | None = None,
 ) -> Stages:
     """Every stage, wired to one tracker and one progress mark.
 
@@ -168,7 +172,14 @@ def build_stages(
         source=source,
         intake=intake,
         inference=BatchRunner(
-            runner, metrics, clock, s.max_batch_tokens, retries=s.inference_retries, backoff=backoff(s), sleep=sleep
+            runner,
+            metrics,
+            clock,
+            s.max_batch_tokens,
+            retries=s.inference_retries,
+            backoff=backoff(s),
+            sleep=sleep,
+            tracing=tracing,
         ),
         writer=writer,
         tracker=tracker,
@@ -177,6 +188,7 @@ def build_stages(
         wall_clock=wall_clock,
         sleep=sleep,
         fail=fail,
+        tracing=tracing,
     )
 
 

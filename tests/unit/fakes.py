@@ -216,10 +216,17 @@ class FakeProducer:
         self.transactions.append("abort")
 
 
-def record(topic: str, partition: int, offset: int, value: bytes | None, key: bytes | None = None) -> ConsumerRecord:
-    """A fetched record as aiokafka makes it (timestamp 0, headers with the correlation ID)."""
+def record(
+    topic: str,
+    partition: int,
+    offset: int,
+    value: bytes | None,
+    key: bytes | None = None,
+    extra: list[tuple[str, bytes]] | None = None,
+) -> ConsumerRecord:
+    """A fetched record as aiokafka makes it (timestamp 0, headers: the correlation ID, then ``extra``)."""
     cid = key or f"{topic}:{partition}:{offset}".encode()
-    headers = [("correlation_id", cid)]
+    headers = [("correlation_id", cid), *(extra or [])]
     return ConsumerRecord(topic, partition, offset, 0, 0, key, value, None, 0, len(value or b""), headers)
 
 
@@ -248,12 +255,18 @@ class FakeConsumer:
         self.topics_error: BaseException | None = None
 
     # -- test controls
-    def add(self, tp: TopicPartition, values: list[bytes], keys: list[bytes] | None = None) -> None:
-        """Append records to ``tp``'s log."""
+    def add(
+        self,
+        tp: TopicPartition,
+        values: list[bytes],
+        keys: list[bytes] | None = None,
+        headers: list[list[tuple[str, bytes]]] | None = None,
+    ) -> None:
+        """Append records to ``tp``'s log (``headers``: each one's extra headers)."""
         log = self.records[tp]
         for i, value in enumerate(values):
             key = keys[i] if keys is not None else None
-            log.append(record(tp.topic, tp.partition, len(log), value, key))
+            log.append(record(tp.topic, tp.partition, len(log), value, key, headers[i] if headers else None))
         self._changed.set()
 
     async def assign(self, tps: set[TopicPartition]) -> None:

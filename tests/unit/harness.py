@@ -18,6 +18,7 @@ from consumer.metrics import Metrics
 from consumer.oip.client import encode_request
 from consumer.schema import ModelSignature
 from consumer.sink import OFFSET_HEADER, PARTITION_HEADER, REASON_HEADER
+from consumer.tracing import Tracing
 from tests.unit.fakes import FakeClients, FakeClock, FakeCluster, FakeSession, Written, fake_runner
 
 REQUESTS, RESULTS, DLQ = "requests", "results", "dlq"
@@ -51,10 +52,18 @@ class Harness:
         tmp_path: where the placeholder model file goes (settings check it exists).
         signature: the model signature the fake session serves (digits).
         clock: the fake clock (also the consumer's sleep).
+        tracing: OpenTelemetry spans, or None.
         settings: overrides of the test defaults (batches of 4 rows, no batch delay, commit after every ack).
     """
 
-    def __init__(self, tmp_path: Path, signature: ModelSignature, clock: FakeClock, **settings: Any) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        signature: ModelSignature,
+        clock: FakeClock,
+        tracing: Tracing | None = None,
+        **settings: Any,
+    ) -> None:
         model = tmp_path / "model.onnx"
         model.write_bytes(b"placeholder")
         self.clock = clock
@@ -83,18 +92,20 @@ class Harness:
             wall_clock=lambda: 1_000_000.0,
             sleep=clock.sleep,
             clients=self.clients,
+            tracing=tracing,
         )
 
     async def start(self, partitions: tuple[int, ...] = (0, 1)) -> None:
         await self.app.start()
         await self.consumer.assign({TopicPartition(REQUESTS, p) for p in partitions})
 
-    def send(self, partition: int, values: list[bytes]) -> None:
-        """Append requests to a partition; each keyed (and so correlated) ``p<partition>-<offset>``."""
+    def send(self, partition: int, values: list[bytes], headers: list[list[tuple[str, bytes]]] | None = None) -> None:
+        """Append requests to a partition; each keyed (and so correlated) ``p<partition>-<offset>``; ``headers``:
+        each one's extra headers."""
         tp = TopicPartition(REQUESTS, partition)
         first = len(self.consumer.records[tp])
         keys = [f"p{partition}-{first + i}".encode() for i in range(len(values))]
-        self.consumer.add(tp, values, keys)
+        self.consumer.add(tp, values, keys, headers)
 
     async def until(self, condition: Callable[[], bool], steps: int = 5000) -> None:
         """Let the consumer's tasks run (no time passes) until ``condition()``.

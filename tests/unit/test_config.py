@@ -81,6 +81,14 @@ def test_a_misspelt_environment_variable_stops_start_up_naming_the_setting(
     assert "STREAMINFER_MAX_BATCH_SIZ is not a setting (did you mean STREAMINFER_MAX_BATCH_SIZE?)" in err
 
 
+def test_an_otel_exporter_streaminfer_cannot_use_stops_start_up_naming_the_variable(
+    model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "jaeger")
+    assert main(["--model-path", str(model)]) == EXIT_CONFIG
+    assert "OTEL_TRACES_EXPORTER='jaeger'" in capsys.readouterr().err
+
+
 def test_kubernetes_service_links_and_the_tools_cache_are_not_mistakes(
     model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
