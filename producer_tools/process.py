@@ -132,7 +132,15 @@ class ConsumerProcess:
     def is_ready(self) -> bool:
         """One ``/readyz`` request (1 s timeout): whether it answered 200 (503, a refused or timed-out connection:
         False). In a network namespace the request is made from inside it, as a kubelet probes its own pod."""
-        url = f"http://127.0.0.1:{self.port}/readyz"
+        return self.probe("/readyz")
+
+    def is_healthy(self) -> bool:
+        """One ``/healthz`` request, as :meth:`is_ready` makes it: whether it answered 200."""
+        return self.probe("/healthz")
+
+    def probe(self, path: str) -> bool:
+        """One GET of ``path`` on the consumer's HTTP port (1 s timeout): whether it answered 200."""
+        url = f"http://127.0.0.1:{self.port}{path}"
         if self.netns:
             probe = f"import urllib.request as u; u.urlopen({url!r}, timeout=1)"
             done = subprocess.run(  # noqa: S603 (ip netns exec with our own interpreter)

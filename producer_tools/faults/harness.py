@@ -71,13 +71,13 @@ OUTAGE_LOG_LINES = 300
 READY_BOUND_S = 12.0
 
 
-async def first_unready_s(proc: ConsumerProcess, seconds: float) -> float:
-    """Probe ``proc``'s /readyz every 0.5 s for ``seconds`` (a fault in progress); returns when it first failed, s
-    from the start, or NaN if it never did."""
+async def first_unready_s(proc: ConsumerProcess, seconds: float, path: str = "/readyz") -> float:
+    """Probe ``proc``'s /readyz (or ``path``) every 0.5 s for ``seconds`` (a fault in progress); returns when it
+    first failed, s from the start, or NaN if it never did."""
     started = time.monotonic()
     unready_after = math.nan
     while time.monotonic() - started < seconds:
-        if math.isnan(unready_after) and not await asyncio.to_thread(proc.is_ready):
+        if math.isnan(unready_after) and not await asyncio.to_thread(proc.probe, path):
             unready_after = time.monotonic() - started
         await asyncio.sleep(0.5)
     return unready_after

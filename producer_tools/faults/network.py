@@ -45,10 +45,14 @@ def link(h: Harness) -> Link:
 
 
 async def cut_and_heal(h: Harness, plan: Plan, pair: Pair, one_way: bool) -> tuple[str, bool]:
-    """Cut the link for ``plan.net_cut_s`` while probing the at_least_once consumer's /readyz every 0.5 s, heal it,
-    and wait until /readyz is 200 again. Returns the note and whether readiness told the truth."""
+    """Cut the link for ``plan.net_cut_s`` while probing the at_least_once consumer's /readyz and /healthz every
+    0.5 s, heal it, and wait until /readyz is 200 again. Returns the note and whether readiness told the truth.
+    /healthz is reported, not judged: the group drops a member it cannot reach and its partitions are revoked, so
+    the consumer holds no lag and stays live (a restart cannot mend the network)."""
     (link(h).cut_one_way if one_way else link(h).cut)()
-    unready_after = await first_unready_s(pair.alo_proc, plan.net_cut_s)
+    unready_after, unhealthy_after = await asyncio.gather(
+        first_unready_s(pair.alo_proc, plan.net_cut_s), first_unready_s(pair.alo_proc, plan.net_cut_s, "/healthz")
+    )
     link(h).heal()
     healed = time.monotonic()
     ready_again = math.nan
@@ -59,8 +63,9 @@ async def cut_and_heal(h: Harness, plan: Plan, pair: Pair, one_way: bool) -> tup
         await asyncio.sleep(0.5)
     told = unready_after <= READY_BOUND_S and not math.isnan(ready_again)  # NaN compares False
     kind = "broker -> consumer dropped" if one_way else "both directions dropped"
+    health = "stayed 200" if math.isnan(unhealthy_after) else f"503 after {unhealthy_after:.1f} s"
     note = (f"{kind} for {plan.net_cut_s:.0f} s; /readyz 503 after {unready_after:.1f} s (at most "
-            f"{READY_BOUND_S:.0f}), 200 again {ready_again:.1f} s after healing")  # fmt: skip
+            f"{READY_BOUND_S:.0f}), 200 again {ready_again:.1f} s after healing; /healthz {health}")  # fmt: skip
     return note, told
 
 
