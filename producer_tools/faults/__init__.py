@@ -45,6 +45,9 @@ Scenarios (consumers run as separate processes, ``python -m consumer``, unless n
 - ``net_partition``, ``net_one_way``, ``net_slow`` (consumers in their own network namespace behind a veth link;
   needs root, skipped otherwise): the link cut both ways, cut broker -> consumer only, and throttled, under load
   (:mod:`producer_tools.faults.network`).
+- ``tcp_reset``, ``slow_link`` (consumers connected through toxiproxy; skipped where it cannot be built): bursts of
+  TCP resets on every consumer connection, and 50 +- 10 ms added each way, under load
+  (:mod:`producer_tools.faults.toxic`).
 
 The modules: :mod:`~producer_tools.faults.harness` (plan, rows, the harness), :mod:`~producer_tools.faults.scenarios`
 (single broker), :mod:`~producer_tools.faults.cluster`, :mod:`~producer_tools.faults.cli` (registry, run, table).

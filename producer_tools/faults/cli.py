@@ -24,8 +24,10 @@ from producer_tools.faults.scenarios import (
     scenario_rebalance,
     scenario_slow_model,
 )
+from producer_tools.faults.toxic import TOXIC_SCENARIOS
 from producer_tools.localkafka import LocalBroker
 from producer_tools.netns import Link, unavailable
+from producer_tools.toxiproxy import Toxiproxy, ToxiproxyUnavailable
 
 SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
     "kill9": scenario_kill9,
@@ -41,6 +43,7 @@ SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
     "compression_bomb": scenario_compression_bomb,
     **CLUSTER_SCENARIOS,
     **NETWORK_SCENARIOS,
+    **TOXIC_SCENARIOS,
 }
 
 
@@ -72,23 +75,28 @@ async def run(plan: Plan, bootstrap: str | None, work: Path) -> list[Outcome]:
         bootstrap = await asyncio.to_thread(broker.start, discard_stale=True)
     harnesses = {"single": Harness(bootstrap, work, broker)}
     links: list[Link] = []
+    proxies: list[Toxiproxy] = []
     no_netns: str | None = None  # why the network scenarios cannot run here ("": they can), once asked
+    no_toxiproxy = ""  # why the toxic scenarios cannot run here, once a start failed
     outcomes: list[Outcome] = []
     try:
         for name in plan.scenarios or list(SCENARIOS):
             print(f"faults: running {name} ...", file=sys.stderr)
-            kind = "cluster" if name in CLUSTER_SCENARIOS else "network" if name in NETWORK_SCENARIOS else "single"
+            kind = _kind(name)
             if kind == "network" and no_netns is None:  # asked once: it builds and deletes a namespace
                 no_netns = await asyncio.to_thread(unavailable)
-            why = no_netns if kind == "network" and no_netns else ""
+            why = no_netns if kind == "network" and no_netns else no_toxiproxy if kind == "toxic" else ""
             if kind != "single" and (broker is None or why):
                 reason = why or "the brokers are not ours to break"
                 outcomes.append(Outcome(name, 0, 0, 0, 0, True, f"skipped: {reason}"))
                 continue
             try:
                 if kind not in harnesses:
-                    harnesses[kind] = await asyncio.to_thread(_private_harness, kind, work, links)
+                    harnesses[kind] = await asyncio.to_thread(_private_harness, kind, work, links, proxies)
                 outcome = await SCENARIOS[name](harnesses[kind], plan)
+            except ToxiproxyUnavailable as exc:
+                no_toxiproxy = str(exc)
+                outcome = Outcome(name, 0, 0, 0, 0, True, f"skipped: {exc}")
             except Exception as exc:  # noqa: BLE001 (a broken scenario is a failed row, not a crash)
                 outcome = Outcome(name, 0, 0, 0, 0, False, f"error: {exc!r}"[:200])
             finally:
@@ -103,15 +111,36 @@ async def run(plan: Plan, bootstrap: str | None, work: Path) -> list[Outcome]:
                 await asyncio.to_thread(harness.broker.stop)
         for link in links:
             link.close()
+        for proxy in proxies:
+            proxy.close()
     return outcomes
 
 
-def _private_harness(kind: str, work: Path, links: list[Link]) -> Harness:
-    """A harness on its own 3-node cluster ("cluster"), or on its own broker behind a new veth link ("network";
-    the link is appended to ``links`` for the caller to close)."""
+def _kind(name: str) -> str:
+    """Which harness a scenario runs on: "single", "cluster", "network" or "toxic"."""
+    if name in CLUSTER_SCENARIOS:
+        return "cluster"
+    if name in NETWORK_SCENARIOS:
+        return "network"
+    return "toxic" if name in TOXIC_SCENARIOS else "single"
+
+
+def _private_harness(kind: str, work: Path, links: list[Link], proxies: list[Toxiproxy]) -> Harness:
+    """A harness on its own 3-node cluster ("cluster"), on its own broker behind a new veth link ("network"; the
+    link is appended to ``links`` for the caller to close), or on its own broker whose consumers pass toxiproxy
+    ("toxic"; the server is appended to ``proxies``).
+
+    Raises:
+        ToxiproxyUnavailable: "toxic", and toxiproxy cannot be built or started.
+    """
     if kind == "cluster":
         nodes = LocalBroker(work / "cluster", nodes=3)
         return Harness(nodes.start(discard_stale=True), work, nodes)
+    if kind == "toxic":
+        server = Toxiproxy(work / "toxiproxy.log")  # first: a build that fails starts no broker
+        proxies.append(server)
+        proxied = LocalBroker(work / "toxicbroker", proxied=True)
+        return Harness(proxied.start(discard_stale=True), work, proxied, toxiproxy=server)
     link = Link().__enter__()
     links.append(link)
     broker = LocalBroker(work / "netbroker", hosts=[link.host_ip])

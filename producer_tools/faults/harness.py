@@ -21,6 +21,7 @@ from producer_tools.process import ConsumerProcess
 from producer_tools.produce import DEFAULT_HELDOUT, Headers, Outgoing, send_all
 from producer_tools.results import Report, collect
 from producer_tools.topics import ensure_topics
+from producer_tools.toxiproxy import Toxiproxy
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "digits" / "artifacts" / "digits.onnx"
@@ -108,9 +109,24 @@ QUICK = Plan(
 class Harness:
     """Shared plumbing: topics, records, producing, collecting."""
 
-    def __init__(self, bootstrap: str, work: Path, broker: LocalBroker | None, link: Link | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        work: Path,
+        broker: LocalBroker | None,
+        link: Link | None = None,
+        toxiproxy: Toxiproxy | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.link = link  # the consumers' network namespace and its link to the broker; None: this host's network
+        # The consumers' toxiproxy (their bootstrap is its first proxy), its proxies one per broker; None: direct.
+        self.toxiproxy = toxiproxy
+        routes = broker.proxy_routes() if broker is not None and toxiproxy is not None else []
+        self.proxies = [f"kafka-{i}" for i in range(1, len(routes) + 1)]
+        if toxiproxy is not None:
+            for name, (listen, upstream) in zip(self.proxies, routes, strict=True):
+                toxiproxy.proxy(name, listen, upstream)
+        self.consumer_bootstrap = ",".join(listen for listen, _ in routes) or bootstrap
         self.work = work
         self.broker = broker
         data = np.load(DEFAULT_HELDOUT)
@@ -137,7 +153,7 @@ class Harness:
         """A consumer of ``group`` on ``topics`` (not started), its log ``<work>/<group>-<name>.log``; ``extra``: raw
         flags after the harness's settings."""
         settings = {
-            "bootstrap_servers": self.bootstrap,
+            "bootstrap_servers": self.consumer_bootstrap,
             "model_path": MODEL,
             "execution_provider": "cpu",
             "group_id": group,

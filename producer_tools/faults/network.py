@@ -83,13 +83,16 @@ async def scenario_net_one_way(h: Harness, plan: Plan) -> Outcome:
     return await run_pair(h, plan, "net_one_way", fault, bound_s=plan.net_cut_s + RESUME_BOUND_S)
 
 
-def before_after(reports: list[Report], fault_ms: float) -> str:
-    """p99 latency and answer rate of requests sent before and after ``fault_ms`` (the at_least_once report)."""
+def before_after(
+    reports: list[Report], fault_ms: float, labels: tuple[str, str] = ("unthrottled", f"{SLOW_KBIT_S} kbit/s")
+) -> str:
+    """p99 latency and answer rate of requests sent before and after ``fault_ms`` (the at_least_once report),
+    labelled ``labels``."""
     answers = list(reports[0].answers.values())
     parts = []
     for label, chosen in (
-        ("unthrottled", [a for a in answers if (a.request_timestamp_ms or 0) < fault_ms]),
-        (f"{SLOW_KBIT_S} kbit/s", [a for a in answers if (a.request_timestamp_ms or 0) >= fault_ms]),
+        (labels[0], [a for a in answers if (a.request_timestamp_ms or 0) < fault_ms]),
+        (labels[1], [a for a in answers if (a.request_timestamp_ms or 0) >= fault_ms]),
     ):
         lat = [a.latency_ms for a in chosen if a.latency_ms is not None]
         stamps = sorted(a.timestamp_ms for a in chosen)

@@ -104,6 +104,8 @@ class LocalBroker:
         hosts: the nodes' listener addresses, one per node (default: :func:`node_hosts`), e.g. an address that a
             consumer in another network namespace reaches.
         log: whether progress lines go to stderr.
+        proxied: also a PROXIED listener per node, advertised at a port where a TCP proxy is to listen
+            (:meth:`proxy_routes`; the fault harness's toxiproxy scenarios).
 
     Raises (from the verbs):
         BrokerSetupError: a JDK, Maven, the jars or a port is missing, or a node did not come up (its log's last
@@ -125,6 +127,7 @@ class LocalBroker:
         mvn_args: Sequence[str] = (),
         hosts: Sequence[str] | None = None,
         log: bool = True,
+        proxied: bool = False,
     ) -> None:
         if not 1 <= nodes <= 9:
             raise ValueError(f"nodes must be between 1 and 9, got {nodes}")
@@ -142,6 +145,7 @@ class LocalBroker:
         if hosts is not None and len(hosts) != nodes:
             raise ValueError(f"hosts names {len(hosts)} addresses for {nodes} nodes")
         self.hosts = list(hosts) if hosts is not None else None
+        self.proxied = proxied
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     # ------------------------------------------------------------------------------------------- context manager
@@ -169,6 +173,17 @@ class LocalBroker:
         """Every node's PLAINTEXT ``host:port``, comma-separated ("" when nothing was started)."""
         rec = self.recorded()
         return ",".join(n.address for n in rec.nodes) if rec else ""
+
+    def proxy_routes(self) -> list[tuple[str, str]]:
+        """A proxied broker: per node, (where its proxy must listen, the PROXIED listener it forwards to), both
+        ``host:port``; [] otherwise. A client that bootstraps at a proxy's address is given the proxies' addresses
+        for every broker, so all its traffic passes them; PLAINTEXT clients bypass them."""
+        rec = self.recorded()
+        return (
+            [(f"{n.host}:{n.proxy_port}", f"{n.host}:{n.proxied_port}") for n in rec.nodes if n.proxied_port]
+            if rec
+            else []
+        )
 
     def security_env(self) -> dict[str, str]:
         """Security mode's client settings (also in ``<state>/security.env``, one ``KEY=value`` a line):
@@ -429,7 +444,7 @@ class LocalBroker:
                 self.state / "security", sorted(set(hosts)), ks_pass, f"kafka-local CA {random_word(8)}"
             )
             keystore = material.keystore
-        nodes = lay_out(hosts, self.port, security=self.security)
+        nodes = lay_out(hosts, self.port, security=self.security, proxied=self.proxied)
         rec = Recorded(cluster_id(), nodes, str(java), self._jvm_args())
         for node in nodes:
             folder = self.state / f"node-{node.node_id}"

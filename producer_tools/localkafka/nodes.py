@@ -37,6 +37,10 @@ class Node:
     sasl_ssl_port: int = 0
     pid: int = 0
     paused: str = ""
+    #: A proxied broker (``LocalBroker(proxied=True)``): its PROXIED listener's port, and the port it advertises
+    #: for it, where a TCP proxy (toxiproxy) listens and forwards to ``proxied_port``.
+    proxied_port: int = 0
+    proxy_port: int = 0
 
     @property
     def address(self) -> str:
@@ -46,7 +50,7 @@ class Node:
     @property
     def ports(self) -> list[int]:
         """Every port it listens on."""
-        return [p for p in (self.port, self.controller_port, self.ssl_port, self.sasl_ssl_port) if p]
+        return [p for p in (self.port, self.controller_port, self.ssl_port, self.sasl_ssl_port, self.proxied_port) if p]
 
 
 @dataclass
@@ -136,6 +140,10 @@ def server_properties(
     listeners = [f"PLAINTEXT://{node.host}:{node.port}", f"CONTROLLER://{node.host}:{node.controller_port}"]
     advertised = [f"PLAINTEXT://{node.host}:{node.port}"]
     protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    if node.proxied_port:  # clients that bootstrap here are told the proxy's address for every broker
+        listeners.append(f"PROXIED://{node.host}:{node.proxied_port}")
+        advertised.append(f"PROXIED://{node.host}:{node.proxy_port}")
+        protocols.append("PROXIED:PLAINTEXT")
     if keystore is not None:
         for name, port in (("SSL", node.ssl_port), ("SASL_SSL", node.sasl_ssl_port)):
             listeners.append(f"{name}://{node.host}:{port}")
@@ -194,10 +202,10 @@ def server_properties(
     return "\n".join(lines) + "\n"
 
 
-def lay_out(hosts: Sequence[str], first_port: int | None, *, security: bool) -> list[Node]:
+def lay_out(hosts: Sequence[str], first_port: int | None, *, security: bool, proxied: bool = False) -> list[Node]:
     """The nodes of a new broker, one per host (IDs from 1): free ports picked outside the ephemeral range
     (:func:`producer_tools.ports.stable_ports`), the first node's PLAINTEXT port ``first_port`` if given; SSL and
-    SASL_SSL ports too with ``security``.
+    SASL_SSL ports too with ``security``; the PROXIED listener's port and its proxy's with ``proxied``.
 
     Raises:
         BrokerSetupError: ``first_port`` is taken.
@@ -207,10 +215,14 @@ def lay_out(hosts: Sequence[str], first_port: int | None, *, security: bool) -> 
         wanted = [first_port] if i == 1 and first_port else []
         if wanted and ports_taken(wanted, host):
             raise BrokerSetupError(f"port {first_port} on {host} is already in use")
-        exclude = [p for n in nodes for p in n.ports] + wanted
-        picked = wanted + stable_ports((4 if security else 2) - len(wanted), host, exclude=exclude)
+        exclude = [p for n in nodes for p in (*n.ports, n.proxy_port)] + wanted
+        count = (4 if security else 2) + (2 if proxied else 0)
+        picked = wanted + stable_ports(count - len(wanted), host, exclude=exclude)
         ssl, sasl = (picked[2], picked[3]) if security else (0, 0)
-        nodes.append(Node(i, host, picked[0], picked[1], ssl, sasl))
+        node = Node(i, host, picked[0], picked[1], ssl, sasl)
+        if proxied:
+            node.proxied_port, node.proxy_port = picked[-2], picked[-1]
+        nodes.append(node)
     return nodes
 
 

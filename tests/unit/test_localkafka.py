@@ -13,12 +13,13 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import pkcs12
 
+from producer_tools import toxiproxy
 from producer_tools.faults.cluster import longest_stall_s
 from producer_tools.faults.network import before_after
 from producer_tools.localkafka import BrokerSetupError, LocalBroker, Node
 from producer_tools.localkafka.cli import main as cli
 from producer_tools.localkafka.java import classpath, find_java, java_major
-from producer_tools.localkafka.nodes import Recorded, cluster_id, server_properties
+from producer_tools.localkafka.nodes import Recorded, cluster_id, lay_out, server_properties
 from producer_tools.localkafka.procs import is_broker, wait_gone
 from producer_tools.localkafka.tls import make_tls_material
 from producer_tools.ports import listening, ports_taken, stable_ports, stable_windows
@@ -166,6 +167,28 @@ def test_security_mode_adds_tls_and_sasl_listeners_and_extra_lines_win() -> None
     assert props["ssl.keystore.location"] == "/s/server.p12"
     assert 'user_streaminfer="sp"' in props["listener.name.sasl_ssl.plain.sasl.jaas.config"]
     assert text.rstrip().endswith("num.partitions=7")  # appended last, so it overrides num.partitions=1
+
+
+def test_a_proxied_broker_advertises_its_proxy_on_a_listener_of_its_own() -> None:
+    nodes = lay_out(["127.0.0.1"], None, security=False, proxied=True)
+    (node,) = nodes
+    assert len({node.port, node.controller_port, node.proxied_port, node.proxy_port}) == 4
+    props = _props(server_properties(node, nodes, Path("/d")))
+    assert props["listeners"].endswith(f",PROXIED://127.0.0.1:{node.proxied_port}")
+    assert props["advertised.listeners"] == (
+        f"PLAINTEXT://127.0.0.1:{node.port},PROXIED://127.0.0.1:{node.proxy_port}"
+    )  # a client bootstrapping at the proxy is sent back to the proxy, a PLAINTEXT one goes direct
+    assert "PROXIED:PLAINTEXT" in props["listener.security.protocol.map"]
+    assert props["inter.broker.listener.name"] == "PLAINTEXT"
+    (plain,) = lay_out(["127.0.0.1"], None, security=False)
+    assert "PROXIED" not in _props(server_properties(plain, [plain], Path("/d")))["listeners"]
+
+
+def test_toxiproxy_without_go_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("STREAMINFER_CACHE", str(tmp_path))
+    monkeypatch.setattr(toxiproxy.shutil, "which", lambda _: None)
+    with pytest.raises(toxiproxy.ToxiproxyUnavailable, match="no Go toolchain"):
+        toxiproxy.binary()
 
 
 def test_cluster_ids_look_like_kafkas() -> None:
