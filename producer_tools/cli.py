@@ -9,6 +9,26 @@ below CRITICAL from the terminal.
 from __future__ import annotations
 
 import logging
+import os
+from typing import Any
+
+#: The broker the tools use without ``--bootstrap-servers``: ``KAFKA_BOOTSTRAP_SERVERS`` (what ``kafka-local run``
+#: sets for the command it runs), else the Kafka default.
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def default_bootstrap() -> str:
+    """``KAFKA_BOOTSTRAP_SERVERS``, else :data:`DEFAULT_BOOTSTRAP`."""
+    return os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP
+
+
+def add_bootstrap(parser: Any) -> None:
+    """The tools' ``--bootstrap-servers`` flag, its default from :func:`default_bootstrap`."""
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=default_bootstrap(),
+        help="Kafka bootstrap servers (default %(default)s: $KAFKA_BOOTSTRAP_SERVERS when set, else 127.0.0.1:9092)",
+    )
 
 
 class BadArgument(ValueError):

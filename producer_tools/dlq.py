@@ -19,7 +19,8 @@ Selection (every command): ``--reason`` (repeatable; one of :class:`consumer.err
 ``--offsets A-B`` (source offsets, inclusive), ``--correlation-id`` (repeatable). Every command reads the topic up
 to its end offsets when it started.
 
-Exit codes: 0 done; 1 a record was refused or not acknowledged, or the broker cannot be reached; 2 a bad flag.
+Exit codes: 0 done; 1 a record was refused or not acknowledged, or the broker cannot be reached; 2 a bad flag or a
+topic that does not exist.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ from consumer.sink import (
     TOPIC_HEADER,
     VALUE_DROPPED_HEADER,
 )
-from producer_tools.cli import BadArgument, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.topics import TopicMissingError
 
 #: Header counting how often a request was replayed from the dead-letter topic (decimal text).
 REPLAY_HEADER = "streaminfer.replay.count"
@@ -193,22 +195,31 @@ def selection(args: argparse.Namespace) -> Selection:
     """The selection the flags name.
 
     Raises:
-        BadArgument: an unknown reason, a time or an offset range that cannot be read.
+        BadArgument: an unknown reason, a time or an offset range that cannot be read, ``--since`` after
+            ``--until``, a negative partition or limit.
     """
     known = {r.value for r in DeadLetterReason}
     unknown = sorted(set(args.reason) - known)
     if unknown:
         raise BadArgument(f"--reason {unknown[0]!r} is not a dead-letter reason; one of: {', '.join(sorted(known))}")
+    if args.source_partition is not None and args.source_partition < 0:
+        raise BadArgument(f"--source-partition must be >= 0, got {args.source_partition}")
+    if getattr(args, "limit", 0) < 0:
+        raise BadArgument(f"--limit must be >= 0 (0: all), got {args.limit}")
     offsets = None
     if args.offsets:
         first, _, last = args.offsets.partition("-")
         if not (first.isdigit() and last.isdigit() and int(first) <= int(last)):
             raise BadArgument(f"--offsets must be FIRST-LAST (inclusive, FIRST <= LAST), got {args.offsets!r}")
         offsets = (int(first), int(last))
+    since_ms = parse_time_ms(args.since, "--since") if args.since else None
+    until_ms = parse_time_ms(args.until, "--until") if args.until else None
+    if since_ms is not None and until_ms is not None and since_ms > until_ms:
+        raise BadArgument(f"--since {args.since!r} is after --until {args.until!r}")
     return Selection(
         reasons=frozenset(args.reason),
-        since_ms=parse_time_ms(args.since, "--since") if args.since else None,
-        until_ms=parse_time_ms(args.until, "--until") if args.until else None,
+        since_ms=since_ms,
+        until_ms=until_ms,
         source_partition=args.source_partition,
         offsets=offsets,
         correlation_ids=frozenset(c.encode() for c in args.correlation_id),
@@ -260,7 +271,8 @@ async def partitions_of(bootstrap_servers: str, topic: str) -> set[int]:
     subscription would rebalance, so the partitions are asked of the cluster (the admin client's metadata request).
 
     Raises:
-        KafkaError: the topic does not exist or the broker cannot be reached.
+        TopicMissingError: the topic does not exist.
+        KafkaError: the broker cannot be reached.
     """
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="streaminfer-dlq")
     await admin.start()
@@ -270,7 +282,7 @@ async def partitions_of(bootstrap_servers: str, topic: str) -> set[int]:
         await admin.close()
     found = [t for t in described if t["topic"] == topic and t["error_code"] == 0 and t["partitions"]]
     if not found:
-        raise KafkaError(f"topic {topic!r} does not exist")
+        raise TopicMissingError(f"topic {topic!r} does not exist on the cluster; fix the name")
     return {int(p["partition"]) for p in found[0]["partitions"]}
 
 
@@ -334,11 +346,11 @@ def summarise(letters: Sequence[DeadLetter]) -> dict[str, ReasonRow]:
     return dict(sorted(rows.items(), key=lambda kv: (-kv[1].count, kv[0])))
 
 
-def iso(ms: int | None, timespec: str = "milliseconds") -> str:
-    """``ms`` since the epoch as UTC ISO 8601, without the offset (to the ms, or ``timespec``)."""
+def iso(ms: int | None, timespec: str = "milliseconds", zone: str = "Z") -> str:
+    """``ms`` since the epoch as UTC ISO 8601 (to the ms, or ``timespec``), ending in ``zone``."""
     if ms is None:
         return ""
-    return datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None).isoformat(sep=" ", timespec=timespec)
+    return datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None).isoformat(timespec=timespec) + zone
 
 
 def print_summary(topic: str, rows: dict[str, ReasonRow], as_json: bool) -> None:
@@ -366,7 +378,7 @@ def print_summary(topic: str, rows: dict[str, ReasonRow], as_json: bool) -> None
         table.add_column(column, justify="right" if column == "count" else "left", no_wrap=column != "partition:count")
     for reason, r in rows.items():
         spread = " ".join(f"{p.rsplit(':', 1)[1]}:{n}" for p, n in sorted(r.partitions.items()))
-        table.add_row(reason, str(r.count), spread, iso(r.first_ms, "seconds"), iso(r.last_ms, "seconds"))
+        table.add_row(reason, str(r.count), spread, iso(r.first_ms, "seconds", ""), iso(r.last_ms, "seconds", ""))
     Console(width=None if sys.stdout.isatty() else 120).print(table)  # piped: rich would assume 80 columns
 
 
@@ -462,19 +474,21 @@ async def replay(args: argparse.Namespace, chosen: Selection) -> ReplayReport:
     """Send the selected dead letters to ``args.to``; commit the group's offsets when all were acknowledged.
 
     Raises:
-        KafkaError: the broker cannot be reached, or a topic is missing.
+        TopicMissingError: the dead-letter topic or ``--to`` does not exist.
+        KafkaError: the broker cannot be reached.
     """
     group = args.group or f"streaminfer-dlq-replay-{args.dead_letter_topic}-{args.to}-{chosen.tag()}"
     report = ReplayReport(group=group)
     consumer = consumer_for(args.bootstrap_servers, group)
-    producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap_servers, acks="all", enable_idempotence=True,
-                                client_id="streaminfer-dlq-replay")  # fmt: skip
-    await start(consumer)
+    producer: AIOKafkaProducer | None = None
     try:
+        await start(consumer)
         if not args.dry_run:
+            producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap_servers, acks="all", enable_idempotence=True,
+                                        client_id="streaminfer-dlq-replay")  # fmt: skip
             await start(producer)
             if args.to not in await consumer.topics():
-                raise KafkaError(f"topic {args.to!r} does not exist")
+                raise TopicMissingError(f"--to: topic {args.to!r} does not exist on the cluster; fix the name")
         pending: list[asyncio.Future[Any]] = []
         ends: dict[TopicPartition, int] = {}
         async for letter in read(consumer, args.bootstrap_servers, args.dead_letter_topic, args.progress, ends):
@@ -487,7 +501,7 @@ async def replay(args: argparse.Namespace, chosen: Selection) -> ReplayReport:
                 report.refused[why] += 1
                 continue
             report.sent += 1
-            if not args.dry_run:
+            if producer is not None:
                 headers = replayed_headers(letter, args.dead_letter_topic)
                 pending.append(await producer.send(args.to, letter.value, key=letter.key, headers=headers))
         if args.dry_run:
@@ -501,7 +515,8 @@ async def replay(args: argparse.Namespace, chosen: Selection) -> ReplayReport:
             await consumer.commit(ends)
     finally:
         await consumer.stop()
-        await producer.stop()
+        if producer is not None:
+            await producer.stop()
     return report
 
 
@@ -509,7 +524,7 @@ async def replay(args: argparse.Namespace, chosen: Selection) -> ReplayReport:
 def parser() -> argparse.ArgumentParser:
     """The command line (one sub-command per verb; the selection flags on each)."""
     p = argparse.ArgumentParser(prog="streaminfer-dlq", description=__doc__.split("\n\n")[0])
-    p.add_argument("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers")
+    add_bootstrap(p)
     p.add_argument("--dead-letter-topic", default="requests.dlq")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     verbs = p.add_subparsers(dest="verb", required=True)
@@ -526,7 +541,7 @@ def parser() -> argparse.ArgumentParser:
     for verb in (summary, show):
         verb.add_argument("--json", action="store_true", help="JSON instead of a table")
     show.add_argument("--limit", type=int, default=20, help="show at most this many (the first ones), 0: all")
-    again.add_argument("--to", default="requests", help="topic to replay into")
+    again.add_argument("--to", required=True, help="topic to replay into (the requests topic, or another)")
     again.add_argument("--max-replays", type=int, default=3, help="refuse a record replayed this often already")
     again.add_argument("--group", help="consumer group of the replay (default: one per topic, target, selection)")
     again.add_argument("--dry-run", action="store_true", help="select and count; send and commit nothing")
@@ -550,6 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(report.line(args.dry_run))
             return 1 if report.failed or report.refused else 0
         letters = asyncio.run(selected(args, chosen))
+    except TopicMissingError as exc:
+        print(f"streaminfer-dlq: {exc}", file=sys.stderr)
+        return 2
     except KafkaError as exc:
         print(f"streaminfer-dlq: {kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers})", file=sys.stderr)
         return 1

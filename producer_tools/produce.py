@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from consumer.oip.client import encode_request
 from consumer.oip.wire import CORRELATION_HEADER
-from producer_tools.cli import BadArgument, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.poison import catalogue
 from producer_tools.topics import TopicMissingError, require_topic
 
@@ -236,7 +236,7 @@ def input_name(args: argparse.Namespace) -> str:
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = argparse.ArgumentParser(prog="streaminfer-produce", description=__doc__.split("\n\n")[0])
-    p.add_argument("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers")
+    add_bootstrap(p)
     p.add_argument("--topic", default="requests", help="requests topic")
     p.add_argument("--source", default="digits", help="'digits', FILE.jsonl or FILE.npy")
     p.add_argument("--heldout", type=Path, default=DEFAULT_HELDOUT, help="digits held-out split (.npz)")

@@ -30,7 +30,7 @@ from consumer.oip.client import decode_response
 from consumer.oip.proto import PROTO_RESPONSE, SELDON_TYPE_HEADER, parse_response
 from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
 from consumer.sink import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
-from producer_tools.cli import kafka_error_text, quiet_client_logs
+from producer_tools.cli import add_bootstrap, kafka_error_text, quiet_client_logs
 
 
 @dataclass(slots=True)
@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``streaminfer-results``. Exit codes: 0 every ID answered; 1 an ID is missing or the broker
     cannot be reached; 2 the manifest cannot be read."""
     p = argparse.ArgumentParser(prog="streaminfer-results", description=__doc__.split("\n\n")[0])
-    p.add_argument("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers")
+    add_bootstrap(p)
     p.add_argument("--results-topic", default="results")
     p.add_argument("--dead-letter-topic", default="requests.dlq")
     p.add_argument("--manifest", type=Path, required=True, help="JSONL written by streaminfer-produce --manifest")

@@ -128,11 +128,26 @@ def test_the_selection_flags_pick_dead_letters() -> None:
         (["--reason", "to_large"], "--reason 'to_large' is not a dead-letter reason"),
         (["--offsets", "9-3"], "--offsets must be FIRST-LAST"),
         (["--since", "yesterday"], "--since must be ms since the epoch or an ISO 8601 time"),
+        (["--since", "2000", "--until", "1000"], "--since '2000' is after --until '1000'"),
+        (["--source-partition", "-1"], "--source-partition must be >= 0"),
     ],
 )
 def test_a_bad_selection_names_its_flag(argv: list[str], message: str) -> None:
     with pytest.raises(BadArgument, match=message):
         selection(args_of(*argv))
+
+
+def test_show_refuses_a_negative_limit_and_replay_needs_its_target(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(BadArgument, match="--limit must be >= 0"):
+        selection(parser().parse_args(["show", "--limit", "-1"]))
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["replay", "--reason", "too_large"])  # no --to: nothing is sent anywhere by default
+    assert exited.value.code == 2
+    assert "--to" in capsys.readouterr().err
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "10.1.2.3:9092")  # what kafka-local run sets
+    assert parser().parse_args(["summary"]).bootstrap_servers == "10.1.2.3:9092"
 
 
 def test_times_are_utc_unless_they_say_otherwise() -> None:
