@@ -45,7 +45,6 @@ class Tracing:
     Args:
         tracer: an OpenTelemetry ``Tracer``.
         group: the consumer group (a record span's attribute).
-        clock: the monotonic clock work items were stamped with (``Work.enqueued_at``), seconds.
         shutdown: flushes and closes the exporter (the provider's ``shutdown``), or None.
     """
 
@@ -53,14 +52,12 @@ class Tracing:
         self,
         tracer: Any,
         group: str,
-        clock: Callable[[], float] = time.monotonic,
         shutdown: Callable[[], object] | None = None,
     ) -> None:
         from opentelemetry import propagate, trace
 
         self._tracer = tracer
         self._group = group
-        self._clock = clock
         self._shutdown = shutdown
         self._propagate = propagate
         self._trace = trace
@@ -91,9 +88,10 @@ class Tracing:
         with self._tracer.start_as_current_span("streaminfer.batch", links=links, attributes=attributes):
             yield
 
-    def answered(self, works: Sequence[Work], now_s: float | None = None) -> None:
-        """One span per record whose answer the broker acknowledged, from its decode to now."""
-        now_mono = self._clock() if now_s is None else now_s
+    def answered(self, works: Sequence[Work], now_s: float) -> None:
+        """One span per record whose answer the broker acknowledged, from its decode to now (``now_s``: the clock
+        ``Work.enqueued_at`` was stamped with, seconds)."""
+        now_mono = now_s
         now_ns = time.time_ns()
         for work in works:
             record = work.record

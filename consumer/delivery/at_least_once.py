@@ -30,7 +30,7 @@ from aiokafka import TopicPartition
 from consumer.budget import InFlight
 from consumer.committer import Committer
 from consumer.delivery.stages import Stages, backoff, wait_until
-from consumer.publisher import Publisher, count_answers
+from consumer.publisher import Publisher
 from consumer.sequence import BatchBuffers
 from consumer.work import Work
 
@@ -212,9 +212,7 @@ class AtLeastOnce:
         for work in works:
             work.offsets.done(work.record.offset)
         self.held.remove(works)
-        count_answers(st.metrics, works, st.wall_clock() * 1000.0)
-        if st.tracing is not None:
-            st.tracing.answered(works, st.clock())
+        st.acknowledged(works)
         st.writer.ladder.forget(works)
         self.committer.want()
         self._acks.set()

@@ -34,7 +34,7 @@ from consumer.budget import InFlight
 from consumer.clients import ProducerClient
 from consumer.delivery.stages import Stages, backoff
 from consumer.errors import BROKEN_PRODUCER, TOO_LARGE
-from consumer.publisher import Sent, count_answers
+from consumer.publisher import Sent
 from consumer.transactions import PartitionTransactions
 from consumer.work import Work
 
@@ -74,6 +74,7 @@ class ExactlyOnce:
         self.txns = PartitionTransactions(stages.settings, stages.clients)
         self._buffers = stages.inference.buffers()
         self._backoff = backoff(stages.settings)
+        self._limit_s = stages.settings.producer_request_timeout_ms / 1000.0  # a commit's or an abort's, s
         self._window_lock = asyncio.Lock()  # a revoke waits for the window in its transactions
         self._stop = asyncio.Event()
         self._revoking = False
@@ -199,15 +200,14 @@ class ExactlyOnce:
         st = self._stages
         works = txn.works
         first, next_offset = works[0].record.offset, works[-1].record.offset + 1
-        limit_s = self._settings.producer_request_timeout_ms / 1000.0
         started = st.clock()
         try:
             if txn.error is not None:
                 raise txn.error
-            if not await st.within(self._finish(tp, txn, next_offset), limit_s, unless=self._abandon):
+            if not await st.within(self._finish(tp, txn, next_offset), self._limit_s, unless=self._abandon):
                 if self._abandon.is_set():
                     raise Abandoned()
-                raise StuckTransaction(f"the transaction did not finish within {limit_s:.0f} s")
+                raise StuckTransaction(f"the transaction did not finish within {self._limit_s:.0f} s")
         except (ProducerFenced, InvalidProducerEpoch, IllegalOperation, Abandoned) as exc:
             # IllegalOperation: aiokafka's answer to sends after its producer was fenced (not a KafkaError).
             # Another producer with this transactional.id exists: the partition's new owner (we are about to be
@@ -230,9 +230,7 @@ class ExactlyOnce:
             st.metrics.stage_seconds.labels("commit").inc(st.clock() - started)
         for work in works:
             work.offsets.done(work.record.offset)
-        count_answers(st.metrics, works, st.wall_clock() * 1000.0)
-        if st.tracing is not None:
-            st.tracing.answered(works, st.clock())
+        st.acknowledged(works)
         st.writer.ladder.forget(works)
         st.tracker.mark_committed({tp: next_offset})
         st.metrics.commits.inc()
@@ -274,12 +272,11 @@ class ExactlyOnce:
         producer = txn.producer
         if producer is None:
             return  # it never opened: nothing to abort
-        limit_s = self._settings.producer_request_timeout_ms / 1000.0
         try:
             if isinstance(exc, (*BROKEN_PRODUCER, StuckTransaction)):
                 raise exc
-            if not await self._stages.within(producer.abort_transaction(), limit_s):
-                raise StuckTransaction(f"the abort did not finish within {limit_s:.0f} s")
+            if not await self._stages.within(producer.abort_transaction(), self._limit_s):
+                raise StuckTransaction(f"the abort did not finish within {self._limit_s:.0f} s")
         except (KafkaError, KeyError, AssertionError) as abort_exc:
             # AssertionError: aiokafka's refusal to abort from FATAL_ERROR ("Invalid state transition"), the state its
             # sender leaves after an unexpected error (a connection that timed out through a network partition).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from aiokafka import TopicPartition
@@ -19,7 +19,7 @@ from consumer.intake import Intake
 from consumer.metrics import Metrics
 from consumer.offsets import OffsetTracker
 from consumer.oip.decode import Limits
-from consumer.publisher import AnswerWriter, SizeLadder
+from consumer.publisher import AnswerWriter, SizeLadder, count_answers
 from consumer.runner import OnnxRunner
 from consumer.sequence import TextEncoder
 from consumer.sink import AnswerRecords
@@ -102,6 +102,13 @@ class Stages:
             key, tokens = group(work.request)
             entries.append((work, work.rows, key, tokens))
         batcher.put_many(entries)
+
+    def acknowledged(self, works: Sequence[Work]) -> None:
+        """Count answers the broker acknowledged (or whose transaction committed), and trace them when traces are
+        on: the same for both delivery modes."""
+        count_answers(self.metrics, works, self.wall_clock() * 1000.0)
+        if self.tracing is not None:
+            self.tracing.answered(works, self.clock())
 
     async def within(self, step: Awaitable[object], seconds: float, unless: asyncio.Event | None = None) -> bool:
         """:func:`consumer.timeouts.within` on the injected ``sleep``: whether ``step`` finished in ``seconds``

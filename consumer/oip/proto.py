@@ -125,17 +125,20 @@ def _file() -> Any:
         "InferTensorContents", [_field(n, i, k, _REPEATED) for i, (n, k) in enumerate(_CONTENTS_FIELDS, 1)]
     )
 
+    def head(scope: str) -> tuple[list[Any], Any]:
+        """Fields 1-4 of both messages (model_name, model_version, id, parameters) and the parameters' map entry."""
+        parameters, entry = _parameters(4, scope)
+        names = [_field(name, i, _F.TYPE_STRING) for i, name in enumerate(("model_name", "model_version", "id"), 1)]
+        return [*names, parameters], entry
+
     scope = ".inference.ModelInferRequest"
-    parameters, entry = _parameters(4, scope)
+    fields, entry = head(scope)
     out_parameters, out_entry = _parameters(2, f"{scope}.InferRequestedOutputTensor")
     requested = _message("InferRequestedOutputTensor", [_field("name", 1, _F.TYPE_STRING), out_parameters], [out_entry])
     request = _message(
         "ModelInferRequest",
         [
-            _field("model_name", 1, _F.TYPE_STRING),
-            _field("model_version", 2, _F.TYPE_STRING),
-            _field("id", 3, _F.TYPE_STRING),
-            parameters,
+            *fields,
             _field("inputs", 5, _F.TYPE_MESSAGE, _REPEATED, f"{scope}.InferInputTensor"),
             _field("outputs", 6, _F.TYPE_MESSAGE, _REPEATED, f"{scope}.InferRequestedOutputTensor"),
             _field("raw_input_contents", 7, _F.TYPE_BYTES, _REPEATED),
@@ -143,14 +146,11 @@ def _file() -> Any:
         [entry, _tensor("InferInputTensor", scope), requested],
     )
     scope = ".inference.ModelInferResponse"
-    parameters, entry = _parameters(4, scope)
+    fields, entry = head(scope)
     response = _message(
         "ModelInferResponse",
         [
-            _field("model_name", 1, _F.TYPE_STRING),
-            _field("model_version", 2, _F.TYPE_STRING),
-            _field("id", 3, _F.TYPE_STRING),
-            parameters,
+            *fields,
             _field("outputs", 5, _F.TYPE_MESSAGE, _REPEATED, f"{scope}.InferOutputTensor"),
             _field("raw_output_contents", 6, _F.TYPE_BYTES, _REPEATED),
         ],

@@ -25,7 +25,7 @@ def traced(clock: FakeClock) -> tuple[Tracing, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return Tracing(provider.get_tracer("test"), "g", clock=clock, shutdown=provider.shutdown), exporter
+    return Tracing(provider.get_tracer("test"), "g", shutdown=provider.shutdown), exporter
 
 
 async def test_a_batch_span_links_every_request_and_each_record_continues_its_trace(
