@@ -35,7 +35,7 @@ demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model,
 test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a real broker
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP) $(MODEL) ## benchmark vs naive, the Kafka client alone and bare ORT (digits + MiniLM) -> bench-results/; ~9 min + a one-time export
+bench: $(STAMP) $(MODEL) ## benchmark vs naive, the Kafka client alone, bare ORT and the image decoder (digits, MiniLM, EfficientNet-Lite0) -> bench-results/; ~12 min + one-time exports
 	scripts/bench $(BENCH_ARGS)
 
 soak: $(STAMP) $(MODEL) ## 10 minutes at half the measured maximum (digits): RSS, fds, tasks, p99 -> soak-results/

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -189,6 +190,28 @@ class Settings(BaseSettings):
         None, description="tokenizer.json of a sequence model: text requests (BYTES input) are tokenized with it."
     )
     text_input_name: str = Field("text", min_length=1, description="Request input that carries text (BYTES [rows]).")
+    image_input_name: str = Field(
+        "image",
+        min_length=1,
+        description="Image models: request input that carries images (BYTES [rows] JPEG/PNG or UINT8 [rows, H, W, 3]).",
+    )
+    image_preprocessing: str | None = Field(
+        None,
+        description="Image models: the preprocessing declaration (JSON object: input, layout, size, resize, mean, "
+        "std, interpolation; README 'Images'), overriding the model metadata's 'streaminfer.image'.",
+    )
+    image_max_pixels: int = Field(
+        40_000_000, ge=1, description="Largest accepted image, width x height (above: too_large), pixels."
+    )
+    image_threads: int = Field(
+        0, ge=0, description="Image decode threads; 0 = the CPUs given to the process (affinity, cgroup quota)."
+    )
+    max_in_flight_images: int = Field(
+        256,
+        ge=1,
+        description="Image models: images fetched but not yet answered before partitions are paused (each holds "
+        "its preprocessed tensor, e.g. 588 KiB at float32 3 x 224 x 224), images.",
+    )
     # Batching and limits
     max_batch_size: int = Field(64, ge=1, le=MAX_ROWS_LIMIT, description="Flush a micro-batch at this many rows, rows.")
     max_batch_delay_ms: float = Field(
@@ -291,6 +314,13 @@ class Settings(BaseSettings):
             raise ValueError(f"model_path {str(self.model_path)!r} is not a file")
         if self.tokenizer_path is not None and not self.tokenizer_path.is_file():
             raise ValueError(f"tokenizer_path {str(self.tokenizer_path)!r} is not a file")
+        if self.image_preprocessing is not None:
+            try:
+                declared = json.loads(self.image_preprocessing)
+            except ValueError as exc:
+                raise ValueError(f"image_preprocessing is not JSON: {exc}") from None
+            if not isinstance(declared, dict):
+                raise ValueError("image_preprocessing must be a JSON object")
         if self.warmup_request is not None and not self.warmup_request.is_file():
             raise ValueError(f"warmup_request {str(self.warmup_request)!r} is not a file")
         if (self.tensorrt or self.fp16) and self.execution_provider == "cpu":

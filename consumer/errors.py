@@ -82,6 +82,9 @@ class DeadLetterReason(StrEnum):
     NON_FINITE_OUTPUT = "non_finite_output"
     """The model produced NaN or Inf for this record; JSON cannot carry them, so it is dead-lettered rather
     than written as null."""
+    INVALID_IMAGE = "invalid_image"
+    """Image models: an image's bytes are not an image Pillow can decode (unknown or unsupported format,
+    truncated, empty, corrupt); an image above ``image_max_pixels`` is ``too_large`` instead."""
 
 
 class StreamInferError(Exception):

@@ -3,7 +3,8 @@
 Records are decoded chunk by chunk (:func:`consumer.oip.decode.decode_chunk`: records declaring the same inputs
 are parsed into one array and checked together). Text is tokenized in a decode thread (the Rust tokenizer releases
 the GIL), so a chunk of large texts never holds up the event loop (heartbeats, produces, ``/healthz``'s loop
-check); tensor requests are decoded on the loop, where a thread hop would cost more than it saves.
+check); images likewise, that thread waiting on :class:`~consumer.vision.ImageEncoder`'s pool while it decodes
+them in parallel; tensor requests are decoded on the loop, where a thread hop would cost more than it saves.
 
 The chunk's decode time goes to ``streaminfer_stage_seconds_total{stage="decode"}`` and, divided by its records,
 to ``streaminfer_preprocess_seconds`` once per record.
@@ -27,6 +28,7 @@ from consumer.oip.wire import correlation_id
 from consumer.schema import ModelSignature
 from consumer.sequence import TextEncoder
 from consumer.unpack import Dropped
+from consumer.vision import ImageEncoder
 from consumer.work import UndecodableRecord, Work
 
 
@@ -39,6 +41,7 @@ class Intake:
         text: tokenizer of a sequence model that serves text, or None.
         metrics: decode time.
         clock: monotonic seconds.
+        images: an image model's encoder, or None.
     """
 
     def __init__(
@@ -48,21 +51,27 @@ class Intake:
         text: TextEncoder | None,
         metrics: Metrics,
         clock: Callable[[], float],
+        images: ImageEncoder | None = None,
     ) -> None:
         self._signature = signature
         self._limits = limits
         self._text = text
+        self.images = images
         self._metrics = metrics
         self._stage = metrics.stage_seconds.labels("decode")
         self._clock = clock
         self._decoder = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="streaminfer-decode") if text is not None else None
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="streaminfer-decode")
+            if text is not None or images is not None
+            else None
         )
 
     def close(self) -> None:
-        """Stop the decode thread."""
+        """Stop the decode threads."""
         if self._decoder is not None:
             self._decoder.shutdown(wait=True, cancel_futures=True)
+        if self.images is not None:
+            self.images.close()
 
     async def decode(
         self, fetched: dict[TopicPartition, list[Any]], tracker: OffsetTracker[TopicPartition]
@@ -112,7 +121,7 @@ class Intake:
         stand_ins = {i: rec for i, rec in enumerate(records) if type(rec) is UndecodableRecord}
         values = [rec.value for rec in records]
         headers = [rec.headers for rec in records]
-        outcomes = decode_chunk(values, headers, self._signature, self._limits, self._text)
+        outcomes = decode_chunk(values, headers, self._signature, self._limits, self._text, self.images)
         for i, rec in stand_ins.items():
             outcomes[i] = DecodeError(DeadLetterReason.UNDECODABLE_RECORD, rec.error)
         for i, value in enumerate(values):

@@ -69,6 +69,12 @@ class Metrics:
             buckets=STAGE_SECONDS_BUCKETS,
             registry=registry,
         )
+        self.image_seconds = BulkHistogram(
+            "streaminfer_image_preprocess_seconds",
+            "Image models: decode, resize and normalisation time of one image, on a decode thread, seconds.",
+            buckets=STAGE_SECONDS_BUCKETS,
+            registry=registry,
+        )
         self.inference_seconds = Histogram(
             "streaminfer_inference_seconds",
             "ONNX Runtime compute time of one batch, seconds.",

@@ -33,6 +33,7 @@ from consumer.oip.decode import Limits, decode_request
 from consumer.probe import graph_constants, probe, rows_from
 from consumer.schema import ModelSignature, floating
 from consumer.sequence import GPU_BUCKETS, detect, input_ranges, length_buckets
+from consumer.vision import preprocessing
 
 if TYPE_CHECKING:
     from consumer.config import Settings
@@ -110,6 +111,7 @@ class OnnxRunner:
         model_name: str | None = None,
         model_version: str | None = None,
         warmup_request: bytes | None = None,
+        image_preprocessing: str | None = None,
     ) -> OnnxRunner:
         """Create the session and read the signature (sequence layout and value ranges included) from the graph.
 
@@ -125,6 +127,8 @@ class OnnxRunner:
             max_batch_size: the largest batch in rows, for TensorRT's profile shapes.
             warmup_request: an OIP request (JSON) whose rows probe and warm the model up instead of zeros, for a
                 model that zeros are not valid input for.
+            image_preprocessing: image models: the preprocessing declaration (JSON, :mod:`consumer.vision`),
+                overriding the model metadata's.
 
         The model is then probed (:meth:`probe`): run on zeros to learn which outputs have a batch axis and
         ZipMap's class labels, and every output encoded as an OIP response, so a model that loads can serve.
@@ -157,7 +161,9 @@ class OnnxRunner:
         if tensorrt:
             if TENSORRT not in available:
                 raise ModelError(f"tensorrt=true: this onnxruntime offers only {available}")
-            probe, _ = _signature(_open(ort, model, ort.SessionOptions(), [CPU]), path, model_name, model_version)
+            probe, _ = _signature(
+                _open(ort, model, ort.SessionOptions(), [CPU]), path, model_name, model_version, image_preprocessing
+            )
             providers.insert(0, (TENSORRT, _trt_options(probe, max_batch_size, trt_engine_cache_dir, fp16)))
         elif fp16 and names[0] == CUDA:
             model = _float16(path)
@@ -170,7 +176,7 @@ class OnnxRunner:
             raise ModelError(f"a GPU execution provider was requested but ONNX Runtime is running on {active}")
         if tensorrt and active != TENSORRT:
             raise ModelError(f"tensorrt=true but ONNX Runtime is running on {active}")
-        signature, zipmaps = _signature(session, path, model_name, model_version)
+        signature, zipmaps = _signature(session, path, model_name, model_version, image_preprocessing)
         device_id = int(session.get_provider_options().get(active, {}).get("device_id", 0))
         log.info("model %s v%s loaded on %s", signature.name, signature.version, active)
         runner = cls(session, signature, active, device_id, OutputReader(signature.outputs, zipmaps))
@@ -211,6 +217,7 @@ class OnnxRunner:
             model_name=settings.model_name,
             model_version=settings.model_version,
             warmup_request=warmup,
+            image_preprocessing=settings.image_preprocessing,
         )
 
     def run(self, feeds: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
@@ -405,9 +412,10 @@ def _open(ort: Any, model: str | bytes, options: Any, providers: list[Any]) -> A
 
 
 def _signature(
-    session: Any, path: Path, model_name: str | None, model_version: str | None
+    session: Any, path: Path, model_name: str | None, model_version: str | None, image: str | None = None
 ) -> tuple[ModelSignature, set[str]]:
-    """The session's inputs and outputs, with the sequence layout and value ranges from its metadata, and the
+    """The session's inputs and outputs, with the sequence layout, value ranges and image preprocessing
+    (``image`` overriding its metadata's, :func:`consumer.vision.preprocessing`) from its metadata, and the
     names of its ZipMap outputs. Outputs are all taken as batched until :meth:`OnnxRunner.probe` runs.
 
     Raises:
@@ -425,7 +433,15 @@ def _signature(
         outputs=outputs,
         static_batch=static_batch(inputs),
     )
-    return replace(plain, sequence=detect(plain, custom), ranges=input_ranges(custom)), zipmaps
+    return (
+        replace(
+            plain,
+            sequence=detect(plain, custom),
+            ranges=input_ranges(custom),
+            image=preprocessing(plain, custom, image),
+        ),
+        zipmaps,
+    )
 
 
 def _trt_options(signature: ModelSignature, max_rows: int, cache_dir: Path | None, fp16: bool) -> dict[str, Any]:

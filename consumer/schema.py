@@ -9,8 +9,10 @@ ONNX Runtime reports a tensor's type as ``tensor(<onnx type>)``; the table below
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import ml_dtypes
 import numpy as np
@@ -112,6 +114,61 @@ class SequenceSpec:
     padding_safe: bool = True
 
 
+#: An image input's layout (:class:`Preprocessing`).
+Layout = Literal["NCHW", "NHWC"]
+
+
+@dataclass(frozen=True, slots=True)
+class Preprocessing:
+    """How one image becomes one row of the model's image input (:mod:`consumer.vision` reads the declaration and
+    does it).
+
+    Attributes:
+        input: the model input fed, shape ``[rows, 3, H, W]`` (NCHW) or ``[rows, H, W, 3]`` (NHWC).
+        layout: NCHW or NHWC.
+        height: model input height, px.
+        width: model input width, px.
+        resize: shorter side the image is scaled to before the centre crop to ``height`` x ``width``, px; 0:
+            scaled straight to ``height`` x ``width`` (aspect not kept).
+        mean: per channel (R, G, B), subtracted from 0-255 pixel values; float inputs only.
+        std: per channel, divides after the mean; float inputs only.
+        interpolation: Pillow's resampling filter name (bilinear, bicubic, nearest).
+        dtype: the model input's dtype: float32/float16/float64 (normalised) or uint8 (raw pixels).
+    """
+
+    input: str
+    layout: Layout
+    height: int
+    width: int
+    resize: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    interpolation: str
+    dtype: np.dtype[Any]
+
+    @property
+    def row_shape(self) -> tuple[int, int, int]:
+        """One image's shape in the model input: (3, H, W) or (H, W, 3)."""
+        if self.layout == "NCHW":
+            return (3, self.height, self.width)
+        return (self.height, self.width, 3)
+
+    @property
+    def row_bytes(self) -> int:
+        """One preprocessed image's size, bytes."""
+        return math.prod(self.row_shape) * self.dtype.itemsize
+
+    def source_box(self, width: int, height: int) -> tuple[float, float, float, float]:
+        """The box of a ``width`` x ``height`` image (px) that ends up in the model input: the centre crop of the
+        image scaled so its shorter side is ``resize``, in source pixels; the whole image when ``resize`` is 0."""
+        if not self.resize:
+            return (0.0, 0.0, float(width), float(height))
+        scale = self.resize / min(width, height)
+        box_w, box_h = min(width, self.width / scale), min(height, self.height / scale)
+        left, top = (width - box_w) / 2, (height - box_h) / 2
+        return (left, top, left + box_w, top + box_h)
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSignature:
     """The served model's identity and tensors, as the codec validates against and the runner feeds.
@@ -137,6 +194,7 @@ class ModelSignature:
     ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     static_batch: int | None = None
     solo: bool = False
+    image: Preprocessing | None = None
 
     def input(self, name: str) -> TensorSpec | None:
         """The input called ``name``, or None."""

@@ -10,6 +10,13 @@ sorted by length and padded per batch of ``--batch`` rows (its best case). Print
     gpu-check: provider=CUDAExecutionProvider pipeline_vs_bare_ort=R cuda_vs_cpu=S
 
 Exit 1 when CUDA was asked for and is not active (``require_gpu``), so a silent CPU fallback cannot pass.
+
+With ``--vision-dir`` (models/efficientnet_lite0/build.py's output) it also checks the image path
+(:func:`vision`): EfficientNet-Lite0 and its uint8 twin (normalisation in the graph) on each provider, on the sample
+photographs preprocessed by the consumer's own :class:`~consumer.vision.ImageEncoder`; every provider's
+probabilities must equal the CPU plain model's within :data:`GPU_TOLERANCE` with the same top-1 class::
+
+    gpu-check: vision provider=P plain=X/s uint8_graph=Y/s max_diff_vs_cpu=D top1_agree=true
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ from producer_tools.bench import corpus, sorted_batches
 
 #: Records decoded at once, as one fetched chunk.
 CHUNK = 256
+#: Largest difference between a provider's probabilities and the CPU plain model's on the same images (cuDNN's
+#: convolution algorithms and TF32 reorder float32 sums; a probability moves by far less than this).
+GPU_TOLERANCE = 2e-3
 
 
 async def pipeline(settings: Settings, runner: OnnxRunner, values: Sequence[bytes]) -> float:
@@ -150,8 +160,46 @@ def measure(
     return {"provider": runner.provider, "bare_ort_rps": bare_rps, "pipeline_rps": pipe_rps}
 
 
+def vision(folder: Path, providers: Sequence[str], batch: int) -> bool:
+    """The image path per provider (module docstring); True when every provider agrees with the CPU."""
+    import numpy as np
+
+    from consumer.vision import ImageEncoder
+
+    images = [p.read_bytes() for p in sorted((folder / "samples").glob("*.jpg"))]
+    reference: Any = None
+    agreed = True
+    for provider in ("cpu", *[p for p in providers if p != "cpu"]):
+        which = cast(Literal["cuda", "cpu"], provider)
+        outputs, rates = [], []
+        for name in ("efficientnet_lite0.onnx", "efficientnet_lite0_uint8.onnx"):
+            runner = OnnxRunner.load(folder / name, execution_provider=which, require_gpu=which == "cuda")
+            prep = runner.signature.image
+            assert prep is not None
+            encoder = ImageEncoder(prep, threads=1)
+            rows = np.stack([encoder.preprocess(images[i % len(images)]) for i in range(batch)])
+            encoder.close()
+            outputs.append(runner.run({prep.input: rows}, batch)["probabilities"])
+            started, runs = time.perf_counter(), 0
+            while time.perf_counter() - started < 2.0:
+                runner.run({prep.input: rows}, batch)
+                runs += 1
+            rates.append(runs * batch / (time.perf_counter() - started))
+            active = runner.provider
+        if reference is None:
+            reference = outputs[0]
+        diff = max(float(np.abs(o - reference).max()) for o in outputs)
+        top1 = all(bool((o.argmax(axis=1) == reference.argmax(axis=1)).all()) for o in outputs)
+        agreed = agreed and diff <= GPU_TOLERANCE and top1
+        print(
+            f"gpu-check: vision provider={active} plain={rates[0]:.0f}/s uint8_graph={rates[1]:.0f}/s "
+            f"max_diff_vs_cpu={diff:.2g} top1_agree={str(top1).lower()}"
+        )
+    return agreed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: ``python -m producer_tools.gpucheck --model M --tokenizer T``."""
+    """Entry point: ``python -m producer_tools.gpucheck --model M --tokenizer T [--vision-dir D]``."""
     p = argparse.ArgumentParser(prog="gpu-check", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--tokenizer", type=Path, required=True)
@@ -161,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--providers", default="cuda,cpu", help="comma-separated: cuda, cpu")
     p.add_argument("--tensorrt", action="store_true")
     p.add_argument("--fp16", action="store_true")
+    p.add_argument("--vision-dir", type=Path, default=None, help="EfficientNet-Lite0 and its uint8 twin: check them")
     args = p.parse_args(argv)
     results: dict[str, dict[str, Any]] = {}
     for provider in args.providers.split(","):
@@ -185,6 +234,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"gpu-check: provider={first['provider']} "
         f"pipeline_vs_bare_ort={first['pipeline_rps'] / first['bare_ort_rps']:.2f} cuda_vs_cpu={speedup:.2f}"
     )
+    if args.vision_dir is not None:
+        try:
+            if not vision(args.vision_dir, args.providers.split(","), args.batch):
+                print(
+                    f"gpu-check: vision: a provider differs from the CPU by more than {GPU_TOLERANCE}", file=sys.stderr
+                )
+                return 1
+        except ModelError as exc:
+            print(f"gpu-check: vision: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -4,7 +4,11 @@ Sources:
 - ``digits``: the held-out split written by ``models/digits/build.py`` (one 1x64 FP32 row per record, labels known);
 - ``FILE.jsonl``: one OIP inference request object per line (its ``id``, if any, is kept);
 - ``FILE.npy``: an array ``[n, ...]``; each row becomes a one-row request for ``--input-name`` (default: the only
-  input of ``--model-path``).
+  input of ``--model-path``);
+- ``DIR`` (a folder of JPEG/PNG/... files) or ``samples`` (scikit-image's sample photographs): image requests
+  (:mod:`consumer.vision`), ``--images-per-record`` images each (default 1), for ``--input-name`` (default
+  ``image``), BYTES in the binary data extension (``--base64``: in JSON); ``--limit`` cycles through the images
+  until that many records.
 ``--poison`` adds every kind of :mod:`producer_tools.poison` (for the digits model), interleaved.
 
 Each record gets a correlation ID ``<run-id>-<n>`` (header ``correlation_id``, the request ``id`` unless the
@@ -31,9 +35,10 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
-from consumer.oip.client import encode_request
-from consumer.oip.wire import CORRELATION_HEADER
+from consumer.oip.client import encode_request, encode_request_binary
+from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
 from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.images import folder_images, sample_images
 from producer_tools.poison import catalogue
 from producer_tools.topics import TopicMissingError, require_topic
 
@@ -107,6 +112,35 @@ def npy_requests(run_id: str, path: Path, input_name: str, limit: int | None = N
     for i in range(n):
         cid = f"{run_id}-{i:06d}"
         yield Outgoing(cid, encode_request(cid, {input_name: arr[i : i + 1]}))
+
+
+def image_requests(
+    run_id: str,
+    images: Sequence[tuple[str, bytes]],
+    input_name: str = "image",
+    per_record: int = 1,
+    limit: int | None = None,
+    binary: bool = True,
+) -> Iterator[Outgoing]:
+    """Image requests: ``per_record`` encoded images per record (BYTES ``[per_record]``), cycling through
+    ``images`` until ``limit`` records (default: every image once, the last record possibly shorter).
+
+    Args:
+        images: (name, encoded bytes) pairs (:mod:`producer_tools.images`).
+        binary: the binary data extension (raw bytes, response binary too); False: base64 strings in JSON.
+    """
+    blobs = [data for _, data in images]
+    if limit is None:
+        groups = [blobs[i : i + per_record] for i in range(0, len(blobs), per_record)]
+    else:
+        groups = [[blobs[(i * per_record + k) % len(blobs)] for k in range(per_record)] for i in range(limit)]
+    for i, picked in enumerate(groups):
+        cid = f"{run_id}-{i:06d}"
+        if binary:
+            value, json_length = encode_request_binary(cid, {input_name: picked}, binary_output=False)
+            yield Outgoing(cid, value, headers=((BINARY_HEADER, str(json_length).encode()),))
+        else:
+            yield Outgoing(cid, encode_request(cid, {input_name: picked}))
 
 
 def poison_requests(run_id: str) -> list[Outgoing]:
@@ -203,8 +237,18 @@ def build_records(args: argparse.Namespace) -> list[Outgoing]:
         good = list(jsonl_requests(args.run_id, Path(source), args.limit))
     elif source.endswith(".npy"):
         good = list(npy_requests(args.run_id, Path(source), input_name(args), args.limit))
+    elif source == "samples" or Path(source).is_dir():
+        if args.images_per_record < 1:
+            raise BadArgument("--images-per-record must be >= 1")
+        images = sample_images() if source == "samples" else folder_images(Path(source))
+        name = args.input_name or "image"
+        good = list(
+            image_requests(args.run_id, images, name, args.images_per_record, args.limit, binary=not args.base64)
+        )
     else:
-        raise BadArgument(f"--source must be 'digits', a .jsonl or a .npy file, got {source!r}")
+        raise BadArgument(
+            f"--source must be 'digits', 'samples', a folder of images, a .jsonl or a .npy file, got {source!r}"
+        )
     if not good:
         raise BadArgument(f"--source {source}: no records to send" + (f" (--limit {args.limit})" if args.limit else ""))
     return interleave(good, poison_requests(args.run_id) if args.poison else [])
@@ -238,12 +282,18 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="streaminfer-produce", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
     p.add_argument("--topic", default="requests", help="requests topic")
-    p.add_argument("--source", default="digits", help="'digits', FILE.jsonl or FILE.npy")
+    p.add_argument(
+        "--source",
+        default="digits",
+        help="'digits', FILE.jsonl, FILE.npy, a folder of images or 'samples' (scikit-image's photographs)",
+    )
+    p.add_argument("--images-per-record", type=int, default=1, help="image sources: images per request record")
+    p.add_argument("--base64", action="store_true", help="image sources: base64 in JSON, not binary data")
     p.add_argument("--heldout", type=Path, default=DEFAULT_HELDOUT, help="digits held-out split (.npz)")
     p.add_argument(
         "--input-name",
         default=None,
-        help="model input for .npy rows (default: --model-path's only input, else 'input')",
+        help="model input for .npy rows (default: --model-path's only input, else 'input'); images: 'image'",
     )
     p.add_argument("--model-path", type=Path, default=None, help="the served model: its input name for .npy rows")
     p.add_argument("--limit", type=int, default=None, help="send at most this many valid records")

@@ -228,9 +228,51 @@ def build_report(expected: Mapping[str, Mapping[str, Any]], first: Mapping[str, 
     )
 
 
-def print_report(report: Report, prefix: str = "results") -> None:
-    """Human-readable details to stderr, the one-line summary to stdout."""
+#: The output an image classifier names its class names in, best first (models/efficientnet_lite0).
+TOP_LABELS = "top_k_labels"
+
+
+def top_labels(answer: Answer) -> list[tuple[str, float | None]] | None:
+    """An image classifier's answer: each row's top-1 class name and, when the answer has ``probabilities`` and
+    ``top_k_indices``, its probability; None for answers without :data:`TOP_LABELS`."""
+    outputs = answer.body["outputs"] if answer.body is not None else {}
+    labels = outputs.get(TOP_LABELS)
+    if labels is None or labels.ndim != 2 or labels.shape[1] == 0:
+        return None
+    probabilities, indices = outputs.get("probabilities"), outputs.get("top_k_indices")
+    out: list[tuple[str, float | None]] = []
+    for row in range(labels.shape[0]):
+        p = None
+        if probabilities is not None and indices is not None:
+            p = float(probabilities[row, int(indices[row, 0])])
+        out.append((str(labels[row, 0]), p))
+    return out
+
+
+def print_labels(report: Report, show: int, out: Any = sys.stderr) -> None:
+    """Image classifiers: the top-1 label of the first ``show`` answers and a count per label."""
+    counts: dict[str, int] = {}
+    shown = 0
+    for cid, answer in report.answers.items():
+        rows = top_labels(answer)
+        if rows is None:
+            continue
+        for label, _ in rows:
+            counts[label] = counts.get(label, 0) + 1
+        if shown < show:
+            text = ", ".join(label + (f" (p={p:.3f})" if p is not None else "") for label, p in rows)
+            print(f"{cid}: top-1 {text}", file=out)
+            shown += 1
+    if counts:
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+        print("top-1 labels: " + ", ".join(f"{label}={n}" for label, n in ranked), file=out)
+
+
+def print_report(report: Report, prefix: str = "results", show: int = 10) -> None:
+    """Human-readable details to stderr (image classifiers: the top-1 label of the first ``show`` answers), the
+    one-line summary to stdout."""
     err = sys.stderr
+    print_labels(report, show, err)
     print(f"duplicates={report.duplicates} missing={len(report.missing)}", file=err)
     if report.missing:
         print(f"missing (first 10): {report.missing[:10]}", file=err)
@@ -261,6 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="read_uncommitted",
         help="read_committed for a consumer in exactly_once mode",
     )
+    p.add_argument("--show", type=int, default=10, help="image classifiers: print the top-1 label of this many")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     quiet_client_logs()
@@ -288,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    print_report(report)
+    print_report(report, show=args.show)
     return 1 if report.missing else 0
 
 

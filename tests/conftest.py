@@ -107,3 +107,11 @@ def text_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     from tests.text_model import build
 
     return build(tmp_path_factory.mktemp("text-model"))
+
+
+@pytest.fixture(scope="session")
+def image_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny colour classifier of tests/image_model.py (no torch), with its preprocessing in its metadata."""
+    from tests.image_model import build
+
+    return build(tmp_path_factory.mktemp("image-model") / "colours.onnx")

@@ -79,7 +79,7 @@ class AtLeastOnce:
         self._acks = asyncio.Event()  # set whenever answers were acknowledged (a revoke waits on it)
         self.tasks: list[asyncio.Task[None]] = []
         s = stages.settings
-        self.held = InFlight(s.max_in_flight_rows, s.max_in_flight_bytes, s.max_record_bytes, stages.metrics)
+        self.held = InFlight(stages.max_in_flight_rows, s.max_in_flight_bytes, s.max_record_bytes, stages.metrics)
         self.joined = False
 
     async def start(self) -> None:

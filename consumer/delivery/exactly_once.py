@@ -81,7 +81,7 @@ class ExactlyOnce:
         self._abandon = asyncio.Event()  # a revoke gave up waiting for the window in progress
         self.tasks: list[asyncio.Task[None]] = []
         s = stages.settings
-        self.held = InFlight(s.max_in_flight_rows, s.max_in_flight_bytes, s.max_record_bytes, stages.metrics)
+        self.held = InFlight(stages.max_in_flight_rows, s.max_in_flight_bytes, s.max_record_bytes, stages.metrics)
         self.joined = False
 
     @property

@@ -26,6 +26,7 @@ from consumer.sink import AnswerRecords
 from consumer.source import Source
 from consumer.timeouts import Backoff, within
 from consumer.tracing import Tracing
+from consumer.vision import ImageEncoder
 from consumer.work import Work
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,15 @@ class Stages:
             return
         self.served = True
         log.info("serving: joined group %r, partitions assigned: %s", self.settings.group_id, names)
+
+    @property
+    def max_in_flight_rows(self) -> int:
+        """Rows the consumer may hold: ``max_in_flight_rows``, for an image model no more than
+        ``max_in_flight_images`` (an image is a row, and holds its preprocessed tensor)."""
+        s = self.settings
+        if self.intake.images is None:
+            return s.max_in_flight_rows
+        return min(s.max_in_flight_rows, s.max_in_flight_images)
 
     def batcher(self, delay_ms: float) -> MicroBatcher[Work]:
         """A micro-batcher with the settings' limits (tokens too, for a sequence model); a static-batch model's
@@ -152,6 +162,19 @@ def build_stages(
         if s.tokenizer_path is not None and sequence is not None
         else None
     )
+    prep = runner.signature.image
+    images = (
+        ImageEncoder(
+            prep,
+            s.image_input_name,
+            max_pixels=s.image_max_pixels,
+            threads=s.image_threads,
+            max_images=s.max_in_flight_images,
+            observe=metrics.image_seconds.observe_many,
+        )
+        if prep is not None
+        else None
+    )
     tracker: OffsetTracker[TopicPartition] = OffsetTracker()
     progress = Progress(clock)
     source = Source(
@@ -168,7 +191,12 @@ def build_stages(
         sleep=sleep,
     )
     intake = Intake(
-        runner.signature, Limits(s.max_record_bytes, s.max_record_rows, s.max_record_tokens), text, metrics, clock
+        runner.signature,
+        Limits(s.max_record_bytes, s.max_record_rows, s.max_record_tokens),
+        text,
+        metrics,
+        clock,
+        images,
     )
     records = AnswerRecords(results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id)
     writer = AnswerWriter(records, SizeLadder(s.producer_max_request_bytes), metrics, clock, wall_clock)

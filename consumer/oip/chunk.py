@@ -36,6 +36,7 @@ from consumer.schema import ModelSignature, TensorSpec
 
 if TYPE_CHECKING:
     from consumer.sequence import TextEncoder
+    from consumer.vision import ImageEncoder
 
 #: A well-formed binary-extension record of a one-input model: (index in the chunk, request id, requested
 #: outputs, binary_data_output, its tensor's bytes).
@@ -63,6 +64,7 @@ def decode_chunk(
     signature: ModelSignature,
     limits: Limits,
     text: TextEncoder | None = None,
+    images: ImageEncoder | None = None,
 ) -> list[DecodedRequest | RecordError]:
     """Decode and validate a fetched chunk of records: the same outcome, record for record, as ``decode_one``.
 
@@ -72,11 +74,17 @@ def decode_chunk(
         signature: the model's inputs and outputs.
         limits: per-record size limits.
         text: tokenizer of a sequence model that serves text (such chunks are decoded record by record).
+        images: an image model's encoder: records are checked one by one, then every image of the chunk is
+            decoded on its thread pool at once (:meth:`~consumer.vision.ImageEncoder.finish`).
 
     Returns:
         One :class:`~consumer.oip.decode.DecodedRequest` (its ``inputs`` views of its group's ``block``) or
         :class:`~consumer.errors.RecordError` per record, in order.
     """
+    if images is not None:
+        outcomes = [decode_one(v, h, signature, limits, images=images) for v, h in zip(values, headers, strict=True)]
+        images.finish(outcomes)
+        return outcomes
     if signature.sequence is not None or text is not None:
         return [decode_one(v, h, signature, limits, text) for v, h in zip(values, headers, strict=True)]
     out: list[DecodedRequest | RecordError | None] = [None] * len(values)

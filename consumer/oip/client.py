@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ from consumer.oip.encode import tensor_entry
 from consumer.oip.wire import le_bytes
 from consumer.schema import OIP_TO_NUMPY
 
-RequestInputs = Mapping[str, "np.ndarray | list[str]"]
+RequestInputs = Mapping[str, "np.ndarray | list[str] | list[bytes]"]
 
 
 def encode_request(request_id: str | None, inputs: RequestInputs, outputs: Sequence[str] | None = None) -> bytes:
@@ -20,8 +21,9 @@ def encode_request(request_id: str | None, inputs: RequestInputs, outputs: Seque
 
     Args:
         request_id: the ``id`` field, or None to leave it out.
-        inputs: input name -> array ``[rows, ...]`` of an OIP-mappable numeric dtype, or a list of ``str`` for a
-            text (BYTES) input of shape ``[rows]``.
+        inputs: input name -> array ``[rows, ...]`` of an OIP-mappable numeric dtype, a list of ``str`` for a
+            text (BYTES) input of shape ``[rows]``, or a list of ``bytes`` (encoded images, :mod:`consumer.vision`)
+            for a BYTES input of shape ``[rows]``, base64 in JSON.
         outputs: output names to request, or None for all.
     """
     head, _ = _request(request_id, inputs, outputs, binary=False, binary_output=False)
@@ -55,15 +57,15 @@ def _request(
     tensors: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     for name, arr in inputs.items():
-        if isinstance(arr, list):  # text
-            raw = [t.encode() for t in arr]
+        if isinstance(arr, list):  # text, or encoded images
+            raw = [t if isinstance(t, bytes) else t.encode() for t in arr]
             entry: dict[str, Any] = {"name": name, "shape": [len(raw)], "datatype": "BYTES"}
             if binary:
                 blob = b"".join(len(r).to_bytes(4, "little") + r for r in raw)
                 entry["parameters"] = {"binary_data_size": len(blob)}
                 blobs.append(blob)
             else:
-                entry["data"] = arr
+                entry["data"] = [base64.b64encode(t).decode() if isinstance(t, bytes) else t for t in arr]
             tensors.append(entry)
             continue
         tensors.append(tensor_entry(name, arr, binary))

@@ -36,6 +36,7 @@ import orjson
 
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import DecodeError, RecordError, ValidationError
+from consumer.oip.images import image_elements
 from consumer.oip.proto import is_protobuf, to_binary
 from consumer.oip.validate import (
     check_declaration,
@@ -45,12 +46,15 @@ from consumer.oip.validate import (
     check_values,
     holds_boolean,
     oip_name,
+    row_elements,
+    split_bytes,
 )
 from consumer.oip.wire import BINARY_HEADER, Headers, binary_header_length
 from consumer.schema import ModelSignature, TensorSpec
 
 if TYPE_CHECKING:
     from consumer.sequence import TextEncoder
+    from consumer.vision import ImageEncoder
 
 #: The attention mask input of a sequence model (Hugging Face name).
 MASK = "attention_mask"
@@ -89,6 +93,8 @@ class DecodedRequest:
             inputs, rows one after another (``inputs`` are then views of them, made on first use); None otherwise.
         start: the first row of this request in ``block``.
         protobuf: the record was a protobuf ``ModelInferRequest`` (:mod:`consumer.oip.proto`).
+        pending: image models: the request's images, not yet decoded (encoded bytes or ``[H, W, 3]`` uint8), until
+            :meth:`consumer.vision.ImageEncoder.finish` calls :meth:`complete`; None otherwise.
     """
 
     __slots__ = (
@@ -99,6 +105,7 @@ class DecodedRequest:
         "id",
         "length",
         "outputs",
+        "pending",
         "protobuf",
         "rows",
         "start",
@@ -126,6 +133,12 @@ class DecodedRequest:
         self.start = start
         self._shape_key = shape_key
         self.protobuf = False  # a ModelInferRequest: answered with a ModelInferResponse (consumer.oip.proto)
+        self.pending: list[Any] | None = None
+
+    def complete(self, inputs: dict[str, np.ndarray]) -> None:
+        """Image models: the preprocessed inputs ``[rows, ...]`` of a pending request."""
+        self._inputs = inputs
+        self.pending = None
 
     @property
     def inputs(self) -> dict[str, np.ndarray]:
@@ -154,6 +167,7 @@ def decode_request(
     *,
     json_length: int | None = None,
     text: TextEncoder | None = None,
+    images: ImageEncoder | None = None,
 ) -> DecodedRequest:
     """Parse and validate one record value against the model's inputs.
 
@@ -164,6 +178,8 @@ def decode_request(
         json_length: binary data extension: the JSON part's length in bytes (from
             :func:`~consumer.oip.wire.binary_header_length`); None for a plain JSON value.
         text: tokenizer for text requests of a sequence model, or None when text is not served.
+        images: image models: a request whose one input is the image input (BYTES or UINT8) is returned pending
+            (its images checked but not decoded: :meth:`consumer.vision.ImageEncoder.finish` does that).
 
     Returns:
         The request with each input as a numpy array of the model's dtype and shape ``[rows, ...]``.
@@ -224,6 +240,17 @@ def decode_request(
     if text is not None and set(by_name) == {text.input_name}:
         arrays = _tokenize(by_name[text.input_name], chunks.get(text.input_name), text, limits)
         return _sequence_request(request_id, arrays, outputs, signature, binary_output, limits)
+    if (
+        images is not None
+        and set(by_name) == {images.input_name}
+        and (by_name[images.input_name]["datatype"] in ("BYTES", "UINT8") or signature.input(images.input_name) is None)
+    ):  # images, unless the model has an input of that name and the request feeds it a tensor
+        limit = min(limits.max_record_rows, images.max_images)
+        item = by_name[images.input_name]
+        pending = image_elements(item, chunks.get(images.input_name), limit, images.max_pixels)
+        request = DecodedRequest(request_id, None, len(pending), outputs, binary_output=binary_output)
+        request.pending = pending
+        return request
 
     sequence = signature.sequence
     names = {s.name for s in signature.inputs}
@@ -266,6 +293,7 @@ def decode_one(
     signature: ModelSignature,
     limits: Limits,
     text: TextEncoder | None = None,
+    images: ImageEncoder | None = None,
 ) -> DecodedRequest | RecordError:
     """:func:`decode_request` of one record with its headers (binary extension length; a protobuf
     ``ModelInferRequest``, transcoded first by :func:`consumer.oip.proto.to_binary`); the error is returned, not
@@ -277,10 +305,14 @@ def decode_one(
                     R.TOO_LARGE, f"record value is {len(value)} bytes; max_record_bytes is {limits.max_record_bytes}"
                 )
             binary, json_length = to_binary(value)
-            request = decode_request(binary, signature, _unbounded(limits), json_length=json_length, text=text)
+            request = decode_request(
+                binary, signature, _unbounded(limits), json_length=json_length, text=text, images=images
+            )
             request.protobuf = True
             return request
-        return decode_request(value, signature, limits, json_length=binary_header_length(headers), text=text)
+        return decode_request(
+            value, signature, limits, json_length=binary_header_length(headers), text=text, images=images
+        )
     except RecordError as err:
         return err
 
@@ -340,15 +372,10 @@ def _tokenize(
     shape: list[int] = item["shape"]
     if item["datatype"] != "BYTES":
         raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: text must be BYTES, got {item['datatype']!r}")
-    if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
-        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: text shape must be [rows] or [rows, 1], got {shape}")
-    rows = check_rows(name, shape[0], limits.max_record_rows)
+    rows, data = row_elements(item, chunk, "text", lambda n, r: check_rows(n, r, limits.max_record_rows))
     if chunk is not None:
-        texts = _bytes_elements(name, chunk)
+        texts = _utf8(name, data)
     else:
-        data = item["data"]
-        if len(shape) == 2 and all(isinstance(v, list) and len(v) == 1 for v in data):
-            data = [v[0] for v in data]
         if any(v is None for v in data):
             raise ValidationError(R.NULL_VALUE, f"input {name!r}: data contains null")
         if not all(isinstance(v, str) for v in data):
@@ -359,24 +386,12 @@ def _tokenize(
     return text.encode(texts)
 
 
-def _bytes_elements(name: str, chunk: memoryview) -> list[str]:
-    """Binary BYTES elements: each a 4-byte little-endian length, then that many UTF-8 bytes."""
-    texts: list[str] = []
-    pos = 0
-    raw = chunk.tobytes()
-    while pos < len(raw):
-        if pos + 4 > len(raw):
-            raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: binary BYTES element length is cut off")
-        n = int.from_bytes(raw[pos : pos + 4], "little")
-        pos += 4
-        if pos + n > len(raw):
-            raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: binary BYTES element runs past its data")
-        try:
-            texts.append(raw[pos : pos + n].decode("utf-8"))
-        except UnicodeDecodeError:
-            raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: a BYTES element is not UTF-8") from None
-        pos += n
-    return texts
+def _utf8(name: str, elements: list[bytes]) -> list[str]:
+    """Binary BYTES elements as UTF-8 strings."""
+    try:
+        return [raw.decode("utf-8") for raw in elements]
+    except UnicodeDecodeError:
+        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: a BYTES element is not UTF-8") from None
 
 
 def _strings_array(spec: TensorSpec, item: Mapping[str, Any], chunk: memoryview | None) -> np.ndarray:
@@ -386,7 +401,7 @@ def _strings_array(spec: TensorSpec, item: Mapping[str, Any], chunk: memoryview 
     shape: list[int] = item["shape"]
     count = math.prod(shape)
     if chunk is not None:
-        arr = np.array(_bytes_elements(name, chunk), dtype=object)
+        arr = np.array(_utf8(name, split_bytes(name, chunk)), dtype=object)
     else:
         arr = np.array(item["data"], dtype=object)
         check_strings(name, arr)

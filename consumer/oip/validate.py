@@ -13,7 +13,7 @@ Two levels, both raising :class:`~consumer.errors.ValidationError` with a reason
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -160,6 +160,62 @@ def check_ranges(arrays: Mapping[str, np.ndarray], signature: ModelSignature) ->
         lo, hi = int(arr.min()), int(arr.max())
         if lo < low or hi > high:
             raise ValidationError(R.OUT_OF_RANGE, f"input {name!r}: values [{lo}, {hi}] outside [{low}, {high}]")
+
+
+def row_elements(
+    item: Mapping[str, Any], chunk: memoryview | None, what: str, check: Callable[[str, int], int]
+) -> tuple[int, list[Any]]:
+    """A BYTES input of one element per row (text, encoded images): shape ``[rows]`` or ``[rows, 1]``.
+
+    Args:
+        item: the OIP input object (name, shape and data or binary size already checked).
+        chunk: its binary data, or None for JSON ``data``.
+        what: what an element is, for the messages (``text``, ``encoded images``).
+        check: checks ``shape[0]`` and returns it (e.g. :func:`check_rows` with its limit).
+
+    Returns:
+        (rows, elements): the binary elements as ``bytes`` (:func:`split_bytes`), or the JSON elements as given
+        (a ``[rows, 1]`` nesting flattened), not yet checked.
+
+    Raises:
+        ValidationError: shape_mismatch (another shape, or a binary length prefix cut off), whatever ``check``
+            raises.
+    """
+    name: str = item["name"]
+    shape: list[int] = item["shape"]
+    if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
+        raise ValidationError(
+            R.SHAPE_MISMATCH, f"input {name!r}: {what} shape must be [rows] or [rows, 1], got {shape}"
+        )
+    rows = check(name, shape[0])
+    if chunk is not None:
+        return rows, split_bytes(name, chunk)
+    data = item["data"]
+    if len(shape) == 2 and all(isinstance(v, list) and len(v) == 1 for v in data):
+        data = [v[0] for v in data]
+    return rows, data
+
+
+def split_bytes(name: str, chunk: memoryview) -> list[bytes]:
+    """A binary BYTES tensor's elements (binary data extension): each a 4-byte little-endian length, then that
+    many bytes.
+
+    Raises:
+        ValidationError: shape_mismatch: a length is cut off or runs past the data.
+    """
+    raw = chunk.tobytes()
+    out: list[bytes] = []
+    pos = 0
+    while pos < len(raw):
+        if pos + 4 > len(raw):
+            raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: binary BYTES element length is cut off")
+        n = int.from_bytes(raw[pos : pos + 4], "little")
+        pos += 4
+        if pos + n > len(raw):
+            raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: binary BYTES element runs past its data")
+        out.append(raw[pos : pos + n])
+        pos += n
+    return out
 
 
 def oip_name(dtype: np.dtype[Any]) -> str:

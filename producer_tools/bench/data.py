@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS_MODEL = ROOT / "models" / "digits" / "artifacts" / "digits.onnx"
 DEFAULT_MINILM = Path(os.environ.get("STREAMINFER_CACHE", Path.home() / ".cache" / "streaminfer")) / "minilm"
+#: models/efficientnet_lite0/build.py's default output folder.
+DEFAULT_VISION = DEFAULT_MINILM.parent / "efficientnet_lite0"
 #: Python standard library modules whose docstrings are the MiniLM corpus.
 CORPUS_MODULES = (
     "argparse",

@@ -43,6 +43,8 @@ from producer_tools.bench.measure import (
     stop,
     throughput,
 )
+from producer_tools.bench.vision import backlog as vision_backlog
+from producer_tools.bench.vision import ceilings, model_paths, vision, vision_ratio
 from producer_tools.produce import send_all
 from producer_tools.topics import ensure_topics
 
@@ -57,9 +59,14 @@ BARE_MIN_S = 1.0
 #: Padded tokens per batch (rows x longest) of one of the MiniLM ceiling's batchings.
 CEILING_TOKENS = 1024
 #: The last line's keys, in order.
-RATIOS = ("digits_vs_passthrough", "digits_vs_naive", "minilm_vs_bare_ort", "digits_eos_vs_alo")
+RATIOS = ("digits_vs_passthrough", "digits_vs_naive", "minilm_vs_bare_ort", "digits_eos_vs_alo", "vision_vs_ceiling")
 #: The setting column of the baseline workers.
-WORKER_SETTINGS = {"passthrough": "client only", "decode-encode": "codec, no model", "naive": "batch 1"}
+WORKER_SETTINGS = {
+    "passthrough": "client only",
+    "decode-encode": "codec, no model",
+    "naive": "batch 1",
+    "naive-vision": "PIL, batch 1",
+}
 
 
 class Bench:
@@ -137,7 +144,9 @@ class Bench:
         run.extra["stage_us"] = scraped.stage_us_per_record()
         return run
 
-    async def closed_worker(self, mode: str, model: Path, backlog: str, n: int, seconds: float) -> Run:
+    async def closed_worker(
+        self, mode: str, model: Path, backlog: str, n: int, seconds: float, model_name: str = "digits"
+    ) -> Run:
         topics = {
             "requests": backlog,
             "results": await results_topic(self.bootstrap, f"{self.tag}-{mode}-{uuid.uuid4().hex[:4]}"),
@@ -152,7 +161,7 @@ class Bench:
             sampler.stop()
             stop(child)
         return Run(
-            "digits",
+            model_name,
             mode,
             WORKER_SETTINGS[mode],
             len(stamps),
@@ -501,23 +510,31 @@ class Bench:
             out["digits_eos_vs_alo"] = self.paired("streaminfer-eos", "streaminfer")
         if self.ceiling("minilm") is not None:  # the fastest batching is the ceiling
             out["minilm_vs_bare_ort"] = self.paired("streaminfer", "bare-ort", "minilm")
+        out["vision_vs_ceiling"] = vision_ratio(self.runs)
         return out
 
     async def run(self) -> dict[str, Any]:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "logs").mkdir(exist_ok=True)
-        steps = (0 if self.args.skip_digits else 8 + len(self.sweep) + len(LOADS) + self.args.rounds - 1) + (
-            0 if self.args.skip_minilm else 1 + self.args.rounds
+        steps = (
+            (0 if self.args.skip_digits else 8 + len(self.sweep) + len(LOADS) + self.args.rounds - 1)
+            + (0 if self.args.skip_minilm else 1 + self.args.rounds)
+            + (0 if self.args.skip_vision else 2 + self.args.rounds)
         )
         with tqdm(
             total=steps, desc="bench", unit="step", disable=True if self.args.no_progress else None
         ) as bar:  # None: only on a TTY
             self.bar = bar
+            if not self.args.skip_vision:
+                model_paths(self.args.vision_dir)  # missing models stop the run before anything is measured
             minilm = None if self.args.skip_minilm else await self.minilm_backlog()
+            images = None if self.args.skip_vision else await vision_backlog(self)
             if not self.args.skip_digits:
                 await self.digits()
             if minilm is not None:
                 await self.minilm(minilm)
+            if images is not None:
+                await vision(self, images)
         return {
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "records": self.args.records,
@@ -527,5 +544,10 @@ class Bench:
                 f"{top}/{bottom}": self.round_ratios(top, bottom)
                 for top, bottom in (("streaminfer", "passthrough"), ("streaminfer-eos", "streaminfer"))
             }
-            | {"minilm streaminfer/bare-ort": self.round_ratios("streaminfer", "bare-ort", "minilm")},
+            | {"minilm streaminfer/bare-ort": self.round_ratios("streaminfer", "bare-ort", "minilm")}
+            | {
+                "vision streaminfer/ceiling": [
+                    s.throughput_rps / min(d.throughput_rps, b.throughput_rps) for d, b, s in ceilings(self.runs)
+                ]
+            },
         }

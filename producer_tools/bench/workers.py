@@ -11,6 +11,9 @@
   ``encode_response``, ``send`` per record; so the codec's cost stays visible.
 - **naive**: the straightforward port of notebook code: one record, ``json.loads``, ``session.run`` at batch 1,
   ``send_and_wait``, commit; time-boxed (it is slow).
+- **naive-vision**: the same for images, as a notebook or MLServer's image runtimes do it: one record, its JPEG
+  decoded whole with PIL, resized (shorter side to the model's declared ``resize``, e.g. 256) and centre-cropped
+  (``size``, e.g. 224) in two steps, normalised with numpy, ``session.run`` at batch 1, ``send_and_wait``, commit.
 
 Each prints ``ready`` once started and runs ``--seconds`` at most from its first record.
 """
@@ -50,7 +53,9 @@ async def worker(mode: str, args: argparse.Namespace) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap_servers, **PRODUCER)
     await producer.start()
     await consumer.start()
-    run = {"passthrough": passthrough, "decode-encode": decode_encode, "naive": naive}[mode]
+    run = {"passthrough": passthrough, "decode-encode": decode_encode, "naive": naive, "naive-vision": naive_vision}[
+        mode
+    ]
     try:
         print("ready", flush=True)
         first = await consumer.getmany(timeout_ms=60_000, max_records=1)  # the time box starts with the first record
@@ -185,6 +190,40 @@ async def naive(
         rec = await consumer.getone()
         body = json.loads(rec.value)  # the notebook port: json, numpy, one record at a time
         feeds = {i["name"]: np.asarray(i["data"], dtype=np.float32).reshape(i["shape"]) for i in body["inputs"]}
+        values = session.run(None, feeds)
+        answer = encode_response(body.get("id", ""), signature, list(zip(names, values, strict=True)))
+        headers = [("correlation_id", rec.key), ("streaminfer.request.timestamp_ms", str(rec.timestamp).encode())]
+        await producer.send_and_wait(args.results, answer, key=rec.key, headers=headers)
+        await consumer.commit()
+
+
+async def naive_vision(
+    consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, args: argparse.Namespace, deadline: float
+) -> None:
+    import io
+
+    from PIL import Image
+
+    from consumer.oip.encode import encode_response
+    from consumer.runner import OnnxRunner
+
+    runner = OnnxRunner.load(args.model_path, execution_provider="cpu")
+    session, signature = runner.session, runner.signature
+    prep = signature.image
+    assert prep is not None, "naive-vision serves an image model"
+    names = list(signature.output_names)
+    mean, std = np.array(prep.mean, np.float32), np.array(prep.std, np.float32)
+    while time.monotonic() < deadline:
+        rec = await consumer.getone()
+        length = int(dict(rec.headers)["inference-header-content-length"])
+        body = json.loads(rec.value[:length])
+        blob = rec.value[length + 4 :]  # one image: its 4-byte length, then the JPEG
+        image = Image.open(io.BytesIO(blob)).convert("RGB")
+        scale = prep.resize / min(image.size)
+        image = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.BILINEAR)
+        left, top = (image.width - prep.width) // 2, (image.height - prep.height) // 2
+        pixels = np.asarray(image.crop((left, top, left + prep.width, top + prep.height)), dtype=np.float32)
+        feeds = {prep.input: ((pixels - mean) / std).transpose(2, 0, 1)[None]}
         values = session.run(None, feeds)
         answer = encode_response(body.get("id", ""), signature, list(zip(names, values, strict=True)))
         headers = [("correlation_id", rec.key), ("streaminfer.request.timestamp_ms", str(rec.timestamp).encode())]

@@ -8,7 +8,10 @@ import pytest
 
 from producer_tools.bench import latency_pcts, mean_batch, summary_line, throughput
 
-LAST = "bench: digits_vs_passthrough=0.60 digits_vs_naive=125.00 minilm_vs_bare_ort=0.93 digits_eos_vs_alo=0.81"
+LAST = (
+    "bench: digits_vs_passthrough=0.60 digits_vs_naive=125.00 minilm_vs_bare_ort=0.93 digits_eos_vs_alo=0.81 "
+    "vision_vs_ceiling=0.87"
+)
 
 
 def test_throughput_from_append_times() -> None:
@@ -37,5 +40,6 @@ def test_summary_line_form() -> None:
         "digits_vs_naive": 125.0,
         "minilm_vs_bare_ort": 0.934,
         "digits_eos_vs_alo": 0.805,
+        "vision_vs_ceiling": 0.8712,
     }
     assert summary_line(ratios) == LAST

@@ -1,0 +1,100 @@
+"""An image model's request input -> its images, checked but not yet decoded (:mod:`consumer.vision` decodes).
+
+The three forms (README "Images"): ``BYTES`` ``[rows]`` in the binary data extension (raw files) or in JSON (base64
+strings), and ``UINT8`` ``[rows, H, W, 3]`` decoded RGB pixels.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from consumer.errors import DeadLetterReason as R
+from consumer.errors import ValidationError
+from consumer.oip.validate import row_elements
+
+
+def image_elements(item: Mapping[str, Any], chunk: memoryview | None, limit: int, max_pixels: int) -> list[Any]:
+    """One request's image input -> its images, not yet decoded: encoded ``bytes`` or ``[H, W, 3]`` uint8 arrays.
+
+    Args:
+        item: the OIP input object (fields already checked: name, shape, datatype, data or binary size).
+        chunk: its binary data (binary data extension), or None for JSON ``data``.
+        limit: most images in one record: ``max_record_rows``, at most ``max_in_flight_images``.
+        max_pixels: ``image_max_pixels`` (decoded pixels: checked here; encoded images: when decoded).
+
+    Raises:
+        ValidationError: datatype_mismatch (not BYTES or UINT8, a JSON element that is not a string, bad
+            base64), shape_mismatch, null_value, too_large (more images than ``max_record_rows`` or
+            ``max_in_flight_images``, more pixels than ``image_max_pixels``).
+    """
+    name, shape, datatype = item["name"], item["shape"], item["datatype"]
+    if datatype == "UINT8":
+        return list(_pixels(name, shape, item.get("data"), chunk, limit, max_pixels))
+    if datatype != "BYTES":
+        raise ValidationError(
+            R.DATATYPE_MISMATCH,
+            f"input {name!r}: images are BYTES (encoded) or UINT8 [rows, H, W, 3], got {datatype!r}",
+        )
+    rows, data = row_elements(item, chunk, "encoded images", lambda n, r: _rows(n, r, limit))
+    images = data if chunk is not None else [_base64(name, v) for v in data]
+    if len(images) != rows:
+        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: {len(images)} images, shape {shape} needs {rows}")
+    return images
+
+
+def _pixels(
+    name: str, shape: list[int], data: Any, chunk: memoryview | None, limit: int, max_pixels: int
+) -> np.ndarray:
+    if len(shape) != 4 or shape[3] != 3:
+        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: UINT8 pixels are [rows, H, W, 3], got {shape}")
+    _rows(name, shape[0], limit)
+    if shape[1] < 1 or shape[2] < 1:
+        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: an image of {shape[2]} x {shape[1]} pixels")
+    if shape[1] * shape[2] > max_pixels:
+        raise ValidationError(
+            R.TOO_LARGE, f"input {name!r}: {shape[2]} x {shape[1]} pixels; image_max_pixels is {max_pixels}"
+        )
+    count = math.prod(shape)
+    if chunk is not None:
+        if len(chunk) != count:
+            raise ValidationError(
+                R.SHAPE_MISMATCH, f"input {name!r}: {len(chunk)} bytes of pixels, shape {shape} needs {count}"
+            )
+        return np.frombuffer(chunk, dtype=np.uint8).reshape(shape)
+    try:
+        arr = np.asarray(data, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):
+        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: UINT8 data must be integers 0-255") from None
+    if arr.size != count:
+        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: {arr.size} elements, shape {shape} needs {count}")
+    if arr.size and (arr.min() < 0 or arr.max() > 255):
+        raise ValidationError(R.OUT_OF_RANGE, f"input {name!r}: a pixel value is outside 0-255")
+    return arr.astype(np.uint8).reshape(shape)
+
+
+def _rows(name: str, rows: int, limit: int) -> int:
+    if rows < 1:
+        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: a request needs at least 1 image")
+    if rows > limit:
+        raise ValidationError(
+            R.TOO_LARGE,
+            f"input {name!r}: {rows} images; at most {limit} per record (max_record_rows, max_in_flight_images)",
+        )
+    return rows
+
+
+def _base64(name: str, value: object) -> bytes:
+    if value is None:
+        raise ValidationError(R.NULL_VALUE, f"input {name!r}: data contains null")
+    if not isinstance(value, str):
+        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: an image in JSON is a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: an image string is not valid base64") from None
