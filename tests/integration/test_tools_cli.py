@@ -67,7 +67,8 @@ def test_bad_arguments_exit_2_in_one_line(tmp_path: Path, capsys: pytest.Capture
 
     assert main(["--source", str(tmp_path / "rows.csv"), "--no-progress"]) == 2
     assert capsys.readouterr().err == (
-        f"streaminfer-produce: --source must be 'digits', a .jsonl or a .npy file, got '{tmp_path / 'rows.csv'}'\n"
+        "streaminfer-produce: --source must be 'digits', 'samples', a folder of images, a .jsonl or a .npy file, "
+        f"got '{tmp_path / 'rows.csv'}'\n"
     )
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
