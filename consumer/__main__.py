@@ -109,6 +109,9 @@ def _load_and_serve(
             "warming up at batch sizes %s x sequence lengths %s, %d runs each", sizes, lengths, settings.warmup_runs
         )
         runner.warmup(sizes, settings.warmup_runs, lengths)
+    except ConfigError as exc:  # a setting the loaded model shows to be wrong (image_preprocessing)
+        log.error("%s", exc)
+        return EXIT_CONFIG
     except ModelError as exc:
         log.error("model cannot be served: %s", exc)
         return EXIT_MODEL

@@ -139,6 +139,7 @@ class OnnxRunner:
                 fixes it), the model fails on zeros at one row, an output cannot be encoded, the metadata is
                 malformed, or ``require_gpu`` / ``execution_provider=cuda`` / ``tensorrt`` / ``fp16`` is set and
                 CUDA (or TensorRT) is not active.
+            ConfigError: ``image_preprocessing`` does not fit the model (:func:`consumer.vision.preprocessing`).
         """
         import onnxruntime as ort  # heavy import, kept off unit tests that use fakes
 

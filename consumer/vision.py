@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import orjson
 
+from consumer.errors import ConfigError, ModelError, RecordError, ValidationError
 from consumer.errors import DeadLetterReason as R
-from consumer.errors import ModelError, RecordError, ValidationError
 from consumer.schema import Layout, Preprocessing
 
 if TYPE_CHECKING:
@@ -80,26 +80,28 @@ def preprocessing(
     metadata's :data:`METADATA_KEY`, else None (not an image model).
 
     Raises:
-        ModelError: the declaration is not a JSON object of the documented keys, names an input the model does not
-            have, or does not fit that input's shape or dtype.
+        ConfigError: ``override`` (a setting: start-up exit 2) is not a JSON object of the documented keys, names
+            an input the model does not have, or does not fit that input's shape or dtype.
+        ModelError: the same of the model's own metadata (exit 3).
     """
     raw = override if override is not None else metadata.get(METADATA_KEY)
     if raw is None:
         return None
     where = "image_preprocessing" if override is not None else f"model metadata {METADATA_KEY!r}"
+    error = ConfigError if override is not None else ModelError
     try:
         declared = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise ModelError(f"{where} is not JSON: {exc}") from None
+        raise error(f"{where} is not JSON: {exc}") from None
     if not isinstance(declared, dict):
-        raise ModelError(f"{where} must be a JSON object")
+        raise error(f"{where} must be a JSON object")
     unknown = sorted(set(declared) - _KEYS)
     if unknown:
-        raise ModelError(f"{where}: unknown key {unknown[0]!r}; known: {sorted(_KEYS)}")
+        raise error(f"{where}: unknown key {unknown[0]!r}; known: {sorted(_KEYS)}")
     try:
         return _build(signature, declared)
     except (TypeError, ValueError) as exc:
-        raise ModelError(f"{where}: {exc}") from None
+        raise error(f"{where}: {exc}") from None
 
 
 def _build(signature: ModelSignature, declared: dict[str, Any]) -> Preprocessing:
@@ -121,13 +123,13 @@ def _build(signature: ModelSignature, declared: dict[str, Any]) -> Preprocessing
     if channels not in (3, None):
         raise ValueError(f"input {name!r} has {channels} channels in layout {layout}; RGB needs 3")
     size = declared.get("size", list(dims))
-    if not (isinstance(size, list) and len(size) == 2 and all(isinstance(d, int) and d > 0 for d in size)):
+    if not (isinstance(size, list) and len(size) == 2 and all(_count(d) and d > 0 for d in size)):
         raise ValueError(f"'size' must be [height, width] in pixels (> 0); input {name!r} is {list(spec.shape)}")
     for declared_dim, graph_dim in zip(size, dims, strict=True):
         if graph_dim is not None and graph_dim != declared_dim:
             raise ValueError(f"'size' {size} disagrees with input {name!r} {list(spec.shape)}")
     resize = declared.get("resize", 0)
-    if not isinstance(resize, int) or resize < 0:
+    if not _count(resize) or resize < 0:
         raise ValueError("'resize' must be an integer >= 0 (pixels; 0: no centre crop)")
     if resize and resize < min(size):
         raise ValueError(f"'resize' {resize} is smaller than the crop {size}")
@@ -142,11 +144,17 @@ def _build(signature: ModelSignature, declared: dict[str, Any]) -> Preprocessing
     return Preprocessing(name, layout, size[0], size[1], resize, mean, std, interpolation, spec.dtype)
 
 
+def _count(value: object) -> bool:
+    """An integer that is not a bool (JSON ``true`` is not 1 pixel)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _triple(declared: Mapping[str, Any], key: str, default: float) -> tuple[float, float, float]:
     value = declared.get(key, [default] * 3)
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = [value] * 3
-    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, int | float) for v in value)):
+    numbers = isinstance(value, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    if not (numbers and len(value) == 3):
         raise ValueError(f"{key!r} must be a number or three numbers (R, G, B)")
     return (float(value[0]), float(value[1]), float(value[2]))
 
@@ -298,6 +306,8 @@ class ImageEncoder:
             raise
         except Image.DecompressionBombError as exc:
             raise ValidationError(R.TOO_LARGE, f"image refused by Pillow's decompression-bomb check: {exc}") from None
+        except Image.UnidentifiedImageError:
+            raise ValidationError(R.INVALID_IMAGE, "cannot decode the image: not a format Pillow reads") from None
         except (OSError, ValueError, SyntaxError, EOFError, TypeError, IndexError, KeyError, MemoryError) as exc:
             # Pillow raises UnidentifiedImageError (OSError) for unknown bytes, OSError for truncated data, and
             # various others from its format plugins on hostile files.
@@ -311,10 +321,12 @@ def _rgb(image: PILImage.Image) -> PILImage.Image:
     image = ImageOps.exif_transpose(image) or image
     if image.mode == "RGB":
         return image
-    if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
-        values = np.asarray(image, dtype=np.float64)
-        peak = 65535.0 if image.mode.startswith("I;16") else max(float(values.max()), 1.0)
-        image = Image.fromarray(np.clip(values * (255.0 / peak), 0, 255).astype(np.uint8), "L")
+    if image.mode.startswith("I;16"):  # 16-bit greyscale: the high byte (no float copy of a large image)
+        image = Image.fromarray((np.asarray(image, dtype=np.uint16) >> 8).astype(np.uint8), "L")
+    elif image.mode in ("I", "F"):  # 32-bit integer or float greyscale: scaled by its own maximum
+        values = np.asarray(image, dtype=np.float32)
+        values *= 255.0 / max(float(values.max()), 1.0)
+        image = Image.fromarray(np.clip(values, 0, 255, out=values).astype(np.uint8), "L")
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         rgba = image.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (*BACKGROUND, 255))

@@ -56,7 +56,13 @@ def fuse(model: Any, declared: dict[str, Any]) -> Any:
     target = next((i for i in inputs if i.name == name), None)
     if target is None:
         raise ValueError(f"no image input {name!r} in the model")
+    if target.type.tensor_type.elem_type == TensorProto.UINT8:
+        raise ValueError(f"input {target.name!r} already takes uint8 pixels (a fused model?)")
     dims = [d.dim_value or None for d in target.type.tensor_type.shape.dim]
+    if len(dims) != 4:
+        raise ValueError(
+            f"input {target.name!r} has rank {len(dims)}; an image input is [batch, 3, H, W] or [batch, H, W, 3]"
+        )
     layout = declared.get("layout") or ("NCHW" if dims[1] == 3 else "NHWC")
     height, width = declared.get("size") or (dims[2:4] if layout == "NCHW" else dims[1:3])
     mean = np.broadcast_to(np.asarray(declared.get("mean", 0.0), dtype=np.float32), (3,))
@@ -102,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         model = onnx.load(str(args.model))
-    except (OSError, onnx.checker.ValidationError) as exc:
-        print(f"fuse: cannot read {args.model}: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 (a missing file, or bytes protobuf cannot parse: DecodeError)
+        print(f"fuse: cannot read {args.model} as an ONNX model: {exc}", file=sys.stderr)
         return 2
     raw = {p.key: p.value for p in model.metadata_props}.get(METADATA_KEY)
     if raw is None:
@@ -111,11 +117,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         fused = fuse(model, json.loads(raw))
-    except ValueError as exc:
+    except ValueError as exc:  # a declaration that does not fit, or onnx.compose refusing the graphs
         print(f"fuse: {exc}", file=sys.stderr)
         return 2
-    onnx.save(fused, str(args.out))
-    print(f"fuse: wrote {args.out} (input {PIXELS} uint8 [batch, H, W, 3])")
+    try:
+        onnx.save(fused, str(args.out))
+    except OSError as exc:
+        print(f"fuse: cannot write {args.out}: {exc}", file=sys.stderr)
+        return 2
+    dims = [d.dim_param or d.dim_value for d in fused.graph.input[0].type.tensor_type.shape.dim]
+    print(f"fuse: wrote {args.out} (input {PIXELS} uint8 {dims})")
     return 0
 
 

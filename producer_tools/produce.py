@@ -55,6 +55,7 @@ class Outgoing:
         label: the true class, when known (digits).
         expected_reason: the dead-letter reason a poison record must get.
         headers: extra record headers (e.g. ``inference-header-content-length`` of a binary request).
+        source: where its content came from, for a reader (image sources: the file names, comma-separated).
     """
 
     correlation_id: str
@@ -62,10 +63,13 @@ class Outgoing:
     label: int | None = None
     expected_reason: str | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    source: str | None = None
 
     def manifest(self) -> dict[str, Any]:
         """The manifest line for this record."""
         entry: dict[str, Any] = {"correlation_id": self.correlation_id}
+        if self.source is not None:
+            entry["source"] = self.source
         if self.label is not None:
             entry["label"] = self.label
         if self.expected_reason is not None:
@@ -129,18 +133,19 @@ def image_requests(
         images: (name, encoded bytes) pairs (:mod:`producer_tools.images`).
         binary: the binary data extension (raw bytes, response binary too); False: base64 strings in JSON.
     """
-    blobs = [data for _, data in images]
     if limit is None:
-        groups = [blobs[i : i + per_record] for i in range(0, len(blobs), per_record)]
+        groups = [images[i : i + per_record] for i in range(0, len(images), per_record)]
     else:
-        groups = [[blobs[(i * per_record + k) % len(blobs)] for k in range(per_record)] for i in range(limit)]
-    for i, picked in enumerate(groups):
+        groups = [[images[(i * per_record + k) % len(images)] for k in range(per_record)] for i in range(limit)]
+    for i, group in enumerate(groups):
         cid = f"{run_id}-{i:06d}"
+        picked = [data for _, data in group]
+        source = ",".join(name for name, _ in group)
         if binary:
             value, json_length = encode_request_binary(cid, {input_name: picked}, binary_output=False)
-            yield Outgoing(cid, value, headers=((BINARY_HEADER, str(json_length).encode()),))
+            yield Outgoing(cid, value, headers=((BINARY_HEADER, str(json_length).encode()),), source=source)
         else:
-            yield Outgoing(cid, encode_request(cid, {input_name: picked}))
+            yield Outgoing(cid, encode_request(cid, {input_name: picked}), source=source)
 
 
 def poison_requests(run_id: str) -> list[Outgoing]:
@@ -177,6 +182,7 @@ async def send_all(
     headers: Callable[[Outgoing], Headers] | None = None,
     linger_ms: int = 5,
     on_acked: Callable[[Outgoing], None] | None = None,
+    max_request_bytes: int = 1_048_576,
 ) -> None:
     """Send ``records`` (key = the correlation ID; headers ``correlation_id`` = the ID unless ``headers`` gives
     them), paced at ``rate`` records/s if given, and wait until the broker acknowledged every one.
@@ -185,6 +191,8 @@ async def send_all(
         linger_ms: the producer's linger, ms (0 for latency measurements of single records).
         on_acked: called with each record once the broker acknowledged it (in acknowledgement order), so a run
             that fails midway still knows exactly what reached the topic.
+        max_request_bytes: the producer's ``max_request_size``, bytes (the client's and the broker's default
+            ``message.max.bytes`` are 1 MiB).
 
     Raises:
         aiokafka.errors.KafkaError: a send failed.
@@ -196,6 +204,7 @@ async def send_all(
         acks="all",
         enable_idempotence=True,  # a send retried after a broker failure is not written twice
         linger_ms=linger_ms,
+        max_request_size=max_request_bytes,
     )
     try:
         await producer.start()
@@ -251,6 +260,14 @@ def build_records(args: argparse.Namespace) -> list[Outgoing]:
         )
     if not good:
         raise BadArgument(f"--source {source}: no records to send" + (f" (--limit {args.limit})" if args.limit else ""))
+    for rec in good:  # refused before anything is sent, not halfway through
+        size = len(rec.value or b"") + len(rec.correlation_id) + sum(len(k) + len(v) for k, v in rec.headers)
+        if size > args.max_request_bytes:
+            raise BadArgument(
+                f"record {rec.correlation_id}" + (f" ({rec.source})" if rec.source else "") + f" is {size} bytes, "
+                f"above --max-request-bytes {args.max_request_bytes} (raise it, and the topic's max.message.bytes "
+                "and the consumer's max_record_bytes with it; or send fewer images per record)"
+            )
     return interleave(good, poison_requests(args.run_id) if args.poison else [])
 
 
@@ -299,6 +316,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="send at most this many valid records")
     p.add_argument("--poison", action="store_true", help="interleave every poison kind")
     p.add_argument("--rate", type=float, default=None, help="records per second (default: as fast as possible)")
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=1_048_576,
+        help="largest record the producer sends (max_request_size), bytes; larger records are refused up front",
+    )
     p.add_argument("--run-id", default=None, help="correlation ID prefix (default: random)")
     p.add_argument(
         "--manifest",
@@ -340,7 +363,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         asyncio.run(
-            send_all(args.bootstrap_servers, args.topic, records, args.rate, not args.no_progress, on_acked=record)
+            send_all(
+                args.bootstrap_servers,
+                args.topic,
+                records,
+                args.rate,
+                not args.no_progress,
+                on_acked=record,
+                max_request_bytes=args.max_request_bytes,
+            )
         )
     except KafkaError as exc:
         print(

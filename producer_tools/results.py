@@ -249,8 +249,11 @@ def top_labels(answer: Answer) -> list[tuple[str, float | None]] | None:
     return out
 
 
-def print_labels(report: Report, show: int, out: Any = sys.stderr) -> None:
-    """Image classifiers: the top-1 label of the first ``show`` answers and a count per label."""
+def print_labels(
+    report: Report, show: int, out: Any = sys.stderr, sources: Mapping[str, Mapping[str, Any]] | None = None
+) -> None:
+    """Image classifiers: the top-1 label of the first ``show`` answers (with the manifest's ``source``, the
+    file names, when ``sources`` has it) and a count per label."""
     counts: dict[str, int] = {}
     shown = 0
     for cid, answer in report.answers.items():
@@ -261,18 +264,26 @@ def print_labels(report: Report, show: int, out: Any = sys.stderr) -> None:
             counts[label] = counts.get(label, 0) + 1
         if shown < show:
             text = ", ".join(label + (f" (p={p:.3f})" if p is not None else "") for label, p in rows)
-            print(f"{cid}: top-1 {text}", file=out)
+            source = (sources or {}).get(cid, {}).get("source")
+            print(f"{cid}" + (f" [{source}]" if source else "") + f": top-1 {text}", file=out)
             shown += 1
+    if shown < sum(1 for a in report.answers.values() if top_labels(a) is not None):
+        print(f"(top-1 labels of the first {show} answers shown; --show N for more)", file=out)
     if counts:
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
         print("top-1 labels: " + ", ".join(f"{label}={n}" for label, n in ranked), file=out)
 
 
-def print_report(report: Report, prefix: str = "results", show: int = 10) -> None:
-    """Human-readable details to stderr (image classifiers: the top-1 label of the first ``show`` answers), the
-    one-line summary to stdout."""
+def print_report(
+    report: Report,
+    prefix: str = "results",
+    show: int = 10,
+    sources: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """Human-readable details to stderr (image classifiers: the top-1 label of the first ``show`` answers, named
+    by the manifest entries ``sources``), the one-line summary to stdout."""
     err = sys.stderr
-    print_labels(report, show, err)
+    print_labels(report, show, err, sources)
     print(f"duplicates={report.duplicates} missing={len(report.missing)}", file=err)
     if report.missing:
         print(f"missing (first 10): {report.missing[:10]}", file=err)
@@ -331,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    print_report(report, show=args.show)
+    print_report(report, show=args.show, sources=expected)
     return 1 if report.missing else 0
 
 

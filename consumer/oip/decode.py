@@ -36,7 +36,7 @@ import orjson
 
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import DecodeError, RecordError, ValidationError
-from consumer.oip.images import image_elements
+from consumer.oip.images import check_pixels, image_elements
 from consumer.oip.proto import is_protobuf, to_binary
 from consumer.oip.validate import (
     check_declaration,
@@ -247,7 +247,14 @@ def decode_request(
     ):  # images, unless the model has an input of that name and the request feeds it a tensor
         limit = min(limits.max_record_rows, images.max_images)
         item = by_name[images.input_name]
-        pending = image_elements(item, chunks.get(images.input_name), limit, images.max_pixels)
+        chunk = chunks.get(images.input_name)
+        if item["datatype"] == "UINT8":  # decoded pixels: checked as any UINT8 tensor, after the pixel budget
+            check_pixels(item["name"], item["shape"], limit, images.max_pixels)
+            spec = TensorSpec(item["name"], np.dtype(np.uint8), (None, None, None, 3))
+            bounded = Limits(limits.max_record_bytes, limit, limits.max_record_tokens)
+            pending = list(_to_array(spec, item, chunk, bounded, b"true" in value or b"false" in value))
+        else:
+            pending = image_elements(item, chunk, limit)
         request = DecodedRequest(request_id, None, len(pending), outputs, binary_output=binary_output)
         request.pending = pending
         return request
@@ -256,8 +263,10 @@ def decode_request(
     names = {s.name for s in signature.inputs}
     unknown = sorted(set(by_name) - names)
     if unknown:
+        hint = f"; images go alone in input {images.input_name!r} (BYTES or UINT8)" if images is not None else ""
         raise ValidationError(
-            R.UNKNOWN_INPUT, f"model has no input {unknown[0]!r}; its inputs: {[s.name for s in signature.inputs]}"
+            R.UNKNOWN_INPUT,
+            f"model has no input {unknown[0]!r}; its inputs: {[s.name for s in signature.inputs]}{hint}",
         )
     optional = sequence.optional if sequence is not None else {}
     missing = [s.name for s in signature.inputs if s.name not in by_name and s.name not in optional]

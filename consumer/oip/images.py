@@ -1,41 +1,35 @@
 """An image model's request input -> its images, checked but not yet decoded (:mod:`consumer.vision` decodes).
 
 The three forms (README "Images"): ``BYTES`` ``[rows]`` in the binary data extension (raw files) or in JSON (base64
-strings), and ``UINT8`` ``[rows, H, W, 3]`` decoded RGB pixels.
+strings), and ``UINT8`` ``[rows, H, W, 3]`` decoded RGB pixels (their shape checked here, their values by
+:mod:`consumer.oip.decode` as any UINT8 tensor's).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import math
 from collections.abc import Mapping
 from typing import Any
-
-import numpy as np
 
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import ValidationError
 from consumer.oip.validate import row_elements
 
 
-def image_elements(item: Mapping[str, Any], chunk: memoryview | None, limit: int, max_pixels: int) -> list[Any]:
-    """One request's image input -> its images, not yet decoded: encoded ``bytes`` or ``[H, W, 3]`` uint8 arrays.
+def image_elements(item: Mapping[str, Any], chunk: memoryview | None, limit: int) -> list[bytes]:
+    """One request's BYTES image input -> its encoded images (one per row), not yet decoded.
 
     Args:
         item: the OIP input object (fields already checked: name, shape, datatype, data or binary size).
-        chunk: its binary data (binary data extension), or None for JSON ``data``.
+        chunk: its binary data (binary data extension), or None for JSON ``data`` (base64 strings).
         limit: most images in one record: ``max_record_rows``, at most ``max_in_flight_images``.
-        max_pixels: ``image_max_pixels`` (decoded pixels: checked here; encoded images: when decoded).
 
     Raises:
-        ValidationError: datatype_mismatch (not BYTES or UINT8, a JSON element that is not a string, bad
-            base64), shape_mismatch, null_value, too_large (more images than ``max_record_rows`` or
-            ``max_in_flight_images``, more pixels than ``image_max_pixels``).
+        ValidationError: datatype_mismatch (not BYTES, a JSON element that is not a string, bad base64),
+            shape_mismatch, null_value, too_large (more images than ``limit``).
     """
     name, shape, datatype = item["name"], item["shape"], item["datatype"]
-    if datatype == "UINT8":
-        return list(_pixels(name, shape, item.get("data"), chunk, limit, max_pixels))
     if datatype != "BYTES":
         raise ValidationError(
             R.DATATYPE_MISMATCH,
@@ -48,9 +42,13 @@ def image_elements(item: Mapping[str, Any], chunk: memoryview | None, limit: int
     return images
 
 
-def _pixels(
-    name: str, shape: list[int], data: Any, chunk: memoryview | None, limit: int, max_pixels: int
-) -> np.ndarray:
+def check_pixels(name: str, shape: list[int], limit: int, max_pixels: int) -> None:
+    """The declared shape of decoded UINT8 pixels: ``[rows, H, W, 3]``, rows within ``limit``, H x W within
+    ``max_pixels`` (``image_max_pixels``), checked before the data is read.
+
+    Raises:
+        ValidationError: shape_mismatch, too_large.
+    """
     if len(shape) != 4 or shape[3] != 3:
         raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: UINT8 pixels are [rows, H, W, 3], got {shape}")
     _rows(name, shape[0], limit)
@@ -60,22 +58,6 @@ def _pixels(
         raise ValidationError(
             R.TOO_LARGE, f"input {name!r}: {shape[2]} x {shape[1]} pixels; image_max_pixels is {max_pixels}"
         )
-    count = math.prod(shape)
-    if chunk is not None:
-        if len(chunk) != count:
-            raise ValidationError(
-                R.SHAPE_MISMATCH, f"input {name!r}: {len(chunk)} bytes of pixels, shape {shape} needs {count}"
-            )
-        return np.frombuffer(chunk, dtype=np.uint8).reshape(shape)
-    try:
-        arr = np.asarray(data, dtype=np.int64)
-    except (ValueError, TypeError, OverflowError):
-        raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: UINT8 data must be integers 0-255") from None
-    if arr.size != count:
-        raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: {arr.size} elements, shape {shape} needs {count}")
-    if arr.size and (arr.min() < 0 or arr.max() > 255):
-        raise ValidationError(R.OUT_OF_RANGE, f"input {name!r}: a pixel value is outside 0-255")
-    return arr.astype(np.uint8).reshape(shape)
 
 
 def _rows(name: str, rows: int, limit: int) -> int:

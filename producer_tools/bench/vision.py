@@ -90,14 +90,15 @@ async def backlog(bench: BenchLike) -> str:
     return topics["requests"]
 
 
-def rate(step: Callable[[], int], min_s: float = DECODE_MIN_S) -> float:
-    """Items/s of ``step`` (which returns the items it did) repeated for at least ``min_s`` after one warm call."""
+def rate(step: Callable[[], int], min_s: float = DECODE_MIN_S) -> tuple[float, int]:
+    """(items/s, items) of ``step`` (which returns the items it did) repeated for at least ``min_s`` after one warm
+    call."""
     step()
     done = 0
     started = time.perf_counter()
     while time.perf_counter() - started < min_s:
         done += step()
-    return done / (time.perf_counter() - started)
+    return done / (time.perf_counter() - started), done
 
 
 def decode_alone(encoder: ImageEncoder, images: list[bytes], setting: str, min_s: float = DECODE_MIN_S) -> Run:
@@ -113,7 +114,8 @@ def decode_alone(encoder: ImageEncoder, images: list[bytes], setting: str, min_s
         encoder.finish(pending)
         return len(images)
 
-    return Run("vision", "decode-alone", setting, len(images), rate(step, min_s), extra={"threads": encoder.threads})
+    ips, done = rate(step, min_s)
+    return Run("vision", "decode-alone", setting, done, ips, extra={"threads": encoder.threads})
 
 
 def candidates(images: list[bytes], threads: int, min_s: float = DECODE_MIN_S) -> list[Run]:
@@ -169,8 +171,8 @@ def candidates(images: list[bytes], threads: int, min_s: float = DECODE_MIN_S) -
                 def step(decode: Callable[[bytes], np.ndarray] = decode, pool: ThreadPoolExecutor = pool) -> int:
                     return len(list(pool.map(decode, images)))
 
-                ips = rate(step, min_s)
-            runs.append(Run("vision", "decode-candidate", f"{name}, {n} thr", len(images), ips))
+                ips, done = rate(step, min_s)
+            runs.append(Run("vision", "decode-candidate", f"{name}, {n} thr", done, ips))
     return runs
 
 

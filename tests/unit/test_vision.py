@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from consumer.errors import ConfigError, ModelError, RecordError
 from consumer.errors import DeadLetterReason as R
-from consumer.errors import ModelError, RecordError
 from consumer.oip.chunk import decode_chunk
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.decode import DecodedRequest, Limits
@@ -103,11 +103,15 @@ def test_bad_declarations_name_the_key(declared: dict[str, object], match: str) 
         preprocessing(signature(), {"streaminfer.image": json.dumps(declared)})
 
 
-def test_a_declaration_that_is_not_json_is_a_model_error() -> None:
-    with pytest.raises(ModelError, match="image_preprocessing is not JSON"):
+def test_a_bad_setting_is_a_config_error_and_bad_metadata_a_model_error() -> None:
+    with pytest.raises(ConfigError, match="image_preprocessing is not JSON"):
         preprocessing(signature(), {}, "{size")
-    with pytest.raises(ModelError, match="rank 2"):
+    with pytest.raises(ConfigError, match=r"image_preprocessing: .*rank 2"):
         preprocessing(signature((None, 64)), {}, "{}")
+    with pytest.raises(ConfigError, match="'resize' must be an integer"):
+        preprocessing(signature(), {}, '{"resize": true}')
+    with pytest.raises(ModelError, match=r"model metadata .streaminfer\.image. is not JSON"):
+        preprocessing(signature(), {"streaminfer.image": "{size"})
 
 
 def test_cpus_given_reads_the_cgroup_quota(tmp_path: object) -> None:
@@ -244,6 +248,13 @@ def bad_requests() -> list[tuple[str, bytes, R]]:
         ("too many images", one([good] * 9, shape=[9]), R.TOO_LARGE),
         ("pixels of rank 3", one([[[0, 0, 0]]], "UINT8", [1, 1, 3]), R.SHAPE_MISMATCH),
         ("pixels over 255", one([[[[256, 0, 0]]]], "UINT8", [1, 1, 1, 3]), R.OUT_OF_RANGE),
+        ("pixel fractions", one([1.5, 0, 0], "UINT8", [1, 1, 1, 3]), R.DATATYPE_MISMATCH),
+        ("pixel booleans", one([True, 0, 0], "UINT8", [1, 1, 1, 3]), R.DATATYPE_MISMATCH),
+        ("pixel strings", one(["1", 0, 0], "UINT8", [1, 1, 1, 3]), R.DATATYPE_MISMATCH),
+        ("pixel null", one([None, 0, 0], "UINT8", [1, 1, 1, 3]), R.NULL_VALUE),
+        ("ragged pixels", one([[[[1, 2, 3]], [[1, 2]]]], "UINT8", [1, 2, 1, 3]), R.RAGGED),
+        ("pixels nested wrong", one([[1, 2, 3, 4, 5, 6]], "UINT8", [1, 1, 2, 3]), R.SHAPE_MISMATCH),
+        ("pixel 1e30", one([1e30, 0, 0], "UINT8", [1, 1, 1, 3]), R.OUT_OF_RANGE),
         ("pixels over the budget", one([], "UINT8", [1, 2000, 1000, 3]), R.TOO_LARGE),
     ]
 
