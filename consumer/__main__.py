@@ -105,9 +105,12 @@ def _load_and_serve(
     try:
         runner = OnnxRunner.from_settings(settings)
         sizes, lengths = warmup_plan(runner, settings.max_batch_size)
-        log.info(
-            "warming up at batch sizes %s x sequence lengths %s, %d runs each", sizes, lengths, settings.warmup_runs
-        )
+        if runner.signature.sequence is not None:
+            log.info(
+                "warming up at batch sizes %s x sequence lengths %s, %d runs each", sizes, lengths, settings.warmup_runs
+            )
+        else:
+            log.info("warming up at batch sizes %s, %d runs each", sizes, settings.warmup_runs)
         runner.warmup(sizes, settings.warmup_runs, lengths)
     except ConfigError as exc:  # a setting the loaded model shows to be wrong (image_preprocessing)
         log.error("%s", exc)
