@@ -532,6 +532,11 @@ def parser() -> argparse.ArgumentParser:
     show = verbs.add_parser("show", help="the selected dead letters, headers decoded, values previewed")
     again = verbs.add_parser("replay", help="send the selected dead letters back to the requests topic")
     for verb in (summary, show, again):
+        # also after the verb; SUPPRESS: absent there, the value before the verb (or its default) stands
+        verb.add_argument("--dead-letter-topic", default=argparse.SUPPRESS, help="as before the verb")
+        verb.add_argument(
+            "--no-progress", dest="progress", action="store_false", default=argparse.SUPPRESS, help="as before the verb"
+        )
         verb.add_argument("--reason", action="append", default=[], help="this reason only (repeatable)")
         verb.add_argument("--since", help="dead-lettered at or after (ISO 8601, or ms since the epoch)")
         verb.add_argument("--until", help="dead-lettered at or before (ISO 8601, or ms since the epoch)")

@@ -174,3 +174,18 @@ def test_previews_are_safe_and_bounded() -> None:
     assert preview(None) == "(null)"
     assert preview(b"a\x00b\xff\n") == "a\\x00b\\xff\\n"
     assert preview(b"x" * 500).endswith("... (500 bytes)")
+
+
+@pytest.mark.parametrize(
+    ("argv", "progress", "topic"),
+    [
+        (["summary"], True, "requests.dlq"),
+        (["--no-progress", "summary"], False, "requests.dlq"),
+        (["summary", "--no-progress"], False, "requests.dlq"),
+        (["--dead-letter-topic", "a.dlq", "show"], True, "a.dlq"),
+        (["replay", "--to", "requests", "--dead-letter-topic", "b.dlq", "--no-progress"], False, "b.dlq"),
+    ],
+)
+def test_common_flags_go_before_or_after_the_verb(argv: list[str], progress: bool, topic: str) -> None:
+    args = parser().parse_args(["--bootstrap-servers", "127.0.0.1:9092", *argv])
+    assert (args.progress, args.dead_letter_topic) == (progress, topic)
