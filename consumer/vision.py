@@ -41,7 +41,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -215,8 +214,8 @@ class ImageEncoder:
         self.threads = threads or cpus_given()
         self._observe = observe
         self._image = Image
+        Image.init()  # Pillow's format plugins, registered once here rather than by the first decodes racing
         self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="streaminfer-image")
-        self._lock = threading.Lock()  # Pillow's plugin registry is initialised on first use; once, not racing
         self._mean = np.array(prep.mean, dtype=np.float32)
         self._scale = np.array([1.0 / s for s in prep.std], dtype=np.float32)
 
@@ -285,8 +284,6 @@ class ImageEncoder:
         Image = self._image
         if not data:
             raise ValidationError(R.INVALID_IMAGE, "an image of 0 bytes")
-        with self._lock:
-            Image.init()
         try:
             image = Image.open(io.BytesIO(data))
             width, height = image.size
