@@ -192,13 +192,22 @@ class StreamInferApp:
         return True, "ready"
 
     def liveness(self) -> tuple[bool, str]:
-        """(alive, reason): False when a background task died, or when the consumer lags but has neither fetched
-        nor committed for ``stall_timeout_s``. Reads plain attributes only: safe from the HTTP thread."""
+        """(alive, reason) for ``/healthz``: False when a background task died, or when the consumer has neither
+        fetched records nor committed for ``stall_timeout_s`` while it has work: lag > 0 by the last count, or the
+        cluster has not answered a metadata check for ``stall_timeout_s`` (cut off, the consumer cannot learn its
+        lag; records produced meanwhile wait). Reads plain attributes only: safe from the HTTP thread."""
         if self.failed is not None:
             return False, f"background task failed: {self.failed!r}"
         idle_s = self._idle_s()
-        if self.lag > 0 and idle_s > self.settings.stall_timeout_s:
+        stall_s = self.settings.stall_timeout_s
+        if idle_s <= stall_s:
+            return True, "ok"
+        if self.lag > 0:
             return False, f"stalled: lag {self.lag} records, no fetch or commit for {idle_s:.0f} s"
+        if self.link is not None and not self.link.reachable and self._clock() - self.link.last_ok > stall_s:
+            silent_s = self._clock() - self.link.last_ok
+            return False, (f"stalled: kafka cluster silent for {silent_s:.0f} s (lag unknown), no fetch or commit "
+                           f"for {idle_s:.0f} s")  # fmt: skip
         return True, "ok"
 
     @property

@@ -263,7 +263,10 @@ class Settings(BaseSettings):
         120.0,
         gt=0,
         allow_inf_nan=False,
-        description="/healthz fails when lag > 0 and nothing was fetched or committed for this long, s.",
+        description=(
+            "/healthz fails when nothing was fetched or committed for this long while lag > 0, or while the "
+            "cluster has not answered for this long (lag unknown), s."
+        ),
     )
     shutdown_grace_s: float = Field(
         25.0, gt=0, allow_inf_nan=False, description="Budget to drain, publish and commit on SIGTERM, s."

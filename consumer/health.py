@@ -4,8 +4,9 @@ Served by a ``wsgiref`` server (prometheus-client's own ``ThreadingWSGIServer``)
 event loop cannot hide the metrics; the server is up before the model loads so probes answer during warmup.
 
 - ``/healthz`` 200 unless: a background task died; the event loop does not run a no-op within
-  ``LOOP_TIMEOUT_S``; or the consumer lags (lag > 0) yet has neither fetched nor committed for
-  ``stall_timeout_s``. Kubernetes restarts the pod on repeated failures.
+  ``LOOP_TIMEOUT_S``; or the consumer has neither fetched nor committed for ``stall_timeout_s`` while it has work:
+  lag > 0, or the cluster silent for ``stall_timeout_s`` (the lag cannot be known; see
+  :meth:`consumer.app.StreamInferApp.liveness`). Kubernetes restarts the pod on repeated failures.
 - ``/readyz`` 200 once warmup is done, the group has been joined, the required execution provider is active,
   the Kafka cluster answered the last metadata check (:class:`consumer.link.BrokerLink`: one every 5 s, failing
   after 5 s without an answer, so a cut-off consumer turns unready within 10 s and ready again within 5 s of the

@@ -8,7 +8,9 @@ iptables/nft are missing on our machines (``tc qdisc add ... netem``: "Specified
 - :meth:`Link.cut`: both directions dropped (a tbf whose bucket holds no packet), the partition;
 - :meth:`Link.cut_one_way`: only host -> namespace dropped (broker -> consumer), so the consumer's connections go
   half-open: its requests reach the broker, no answer comes back;
-- :meth:`Link.throttle`: both directions limited to a rate (a slow link; no added delay or loss).
+- :meth:`Link.throttle`: both directions limited to a rate (a slow link; no added delay or loss);
+- :meth:`Link.impair`: added delay, jitter and random loss, both directions, made in user space by
+  :mod:`producer_tools.impair` (two TUN devices and a forwarder process, since netem is missing).
 
 Needs root (``ip netns add``). :func:`unavailable` says why not, where it cannot work.
 """
@@ -16,11 +18,15 @@ Needs root (``ip netns add``). :func:`unavailable` says why not, where it cannot
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from types import TracebackType
+
+from producer_tools.impair import Counts, open_tun
 
 #: The ``ip`` command (iproute2).
 IP = shutil.which("ip") or "/usr/sbin/ip"
@@ -41,7 +47,7 @@ def _run(*argv: str) -> None:
 
 
 def unavailable() -> str:
-    """Why :class:`Link` cannot work here ("" when it can): not root, no iproute2, or no tbf qdisc."""
+    """Why :class:`Link` cannot work here ("" when it can): not root, no iproute2, no tbf qdisc or no TUN devices."""
     if os.geteuid() != 0:
         return "needs root (ip netns add)"
     if not (shutil.which("ip") and shutil.which("tc")):
@@ -49,8 +55,12 @@ def unavailable() -> str:
     try:
         with Link() as link:
             link.throttle(1000)
+            link.impair(1.0, 0.0, 0.0)
+            link.heal()
     except NetnsError as exc:
         return f"network namespaces or tc tbf do not work here: {exc}"
+    except OSError as exc:
+        return f"TUN devices (/dev/net/tun) do not work here: {exc}"
     return ""
 
 
@@ -68,6 +78,8 @@ class Link:
         self.netns = f"si-{tag}"
         self.host_dev, self.ns_dev = f"si{tag}h", f"si{tag}n"
         self.host_ip, self.ns_ip = f"{SUBNET_PREFIX}.{n}.1", f"{SUBNET_PREFIX}.{n}.2"
+        self.host_tun, self.ns_tun = f"si{tag}a", f"si{tag}b"  # the impaired path's TUN devices (impair)
+        self._forwarder: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Link:
         _run(IP, "netns", "add", self.netns)
@@ -90,7 +102,8 @@ class Link:
         self.close()
 
     def close(self) -> None:
-        """Delete the veth pair and the namespace (whatever of them exists)."""
+        """Stop any impairment, delete the veth pair and the namespace (whatever of them exists)."""
+        self._stop_forwarder()
         with contextlib.suppress(NetnsError):
             _run(IP, "link", "del", self.host_dev)
         with contextlib.suppress(NetnsError):
@@ -126,7 +139,49 @@ class Link:
         self._qdisc(False, *spec)
         self._qdisc(True, *spec)
 
-    def heal(self) -> None:
-        """Remove every fault: the link passes everything again."""
+    def impair(self, delay_ms: float, jitter_ms: float, loss: float, seed: int = 0) -> None:
+        """Add ``delay_ms`` +- ``jitter_ms`` (uniform, ms) and drop packets with probability ``loss`` (0 to 1), each
+        way: the link's traffic is routed through two TUN devices and :mod:`producer_tools.impair`'s forwarder.
+        Open connections move onto the impaired path and back (:meth:`heal`); none is reset."""
+        self._stop_forwarder()
+        fds = [open_tun(self.host_tun), open_tun(self.ns_tun)]
+        try:
+            _run(IP, "link", "set", self.ns_tun, "netns", self.netns)
+            _run(IP, "link", "set", self.host_tun, "up")
+            self._ns(IP, "link", "set", self.ns_tun, "up")
+            argv = [sys.executable, "-m", "producer_tools.impair", "--fds", f"{fds[0]},{fds[1]}",
+                    "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms), "--loss", str(loss),
+                    "--seed", str(seed)]  # fmt: skip
+            self._forwarder = subprocess.Popen(argv, pass_fds=fds, stdout=subprocess.PIPE, text=True)  # noqa: S603
+            # A /32 each way, more specific than the veth's /30: both ends now reach each other through the TUNs.
+            _run(IP, "route", "add", f"{self.ns_ip}/32", "dev", self.host_tun, "src", self.host_ip)
+            self._ns(IP, "route", "add", f"{self.host_ip}/32", "dev", self.ns_tun, "src", self.ns_ip)
+        except BaseException:
+            self._stop_forwarder()
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)  # the forwarder holds its own copies; the devices go when it exits
+
+    def _stop_forwarder(self) -> Counts | None:
+        """Stop the impairment's forwarder (its devices and routes go with it); its packet counts, or None."""
+        proc, self._forwarder = self._forwarder, None
+        if proc is None:
+            return None
+        proc.terminate()
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return None
+        lines = out.strip().splitlines()
+        return Counts(**json.loads(lines[-1])) if proc.returncode == 0 and lines else None
+
+    def heal(self) -> Counts | None:
+        """Remove every fault: the link passes everything again. Returns the impairment's packet counts (None when
+        :meth:`impair` was not in effect)."""
+        counts = self._stop_forwarder()
         self._qdisc(False)
         self._qdisc(True)
+        return counts

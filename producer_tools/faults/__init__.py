@@ -42,9 +42,10 @@ Scenarios (consumers run as separate processes, ``python -m consumer``, unless n
   coordinator SIGKILLed, all under load; lost 0, no exactly-once duplicate, answers resume within
   :data:`producer_tools.faults.cluster.RESUME_BOUND_S` (:mod:`producer_tools.faults.cluster`).
 
-- ``net_partition``, ``net_one_way``, ``net_slow`` (consumers in their own network namespace behind a veth link;
-  needs root, skipped otherwise): the link cut both ways, cut broker -> consumer only, and throttled, under load
-  (:mod:`producer_tools.faults.network`).
+- ``net_partition``, ``net_one_way``, ``net_slow``, ``net_lossy`` (consumers in their own network namespace behind
+  a veth link; needs root, skipped otherwise): the link cut both ways, cut broker -> consumer only, throttled, and
+  made slow and lossy (50 +- 10 ms, 1 % loss each way, :mod:`producer_tools.impair`), under load; during a cut
+  ``/readyz`` and ``/healthz`` must fail and after it recover without a restart (:mod:`producer_tools.faults.network`).
 - ``tcp_reset``, ``slow_link`` (consumers connected through toxiproxy; skipped where it cannot be built): bursts of
   TCP resets on every consumer connection, and 50 +- 10 ms added each way, under load
   (:mod:`producer_tools.faults.toxic`).

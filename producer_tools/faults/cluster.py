@@ -26,7 +26,7 @@ import math
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient
@@ -58,15 +58,15 @@ class Pair:
     eos_group: str
 
 
-async def start_pair(h: Harness, name: str) -> Pair:
-    """Topics and both consumers of scenario ``name``, started (ready)."""
+async def start_pair(h: Harness, name: str, *extra: str) -> Pair:
+    """Topics and both consumers of scenario ``name``, started (ready); ``extra``: flags for both consumers."""
     topics = await h.new_topics(name)
     eos = await h.new_topics(f"{name}-eos")
     eos["requests"] = topics["requests"]  # one requests topic, read by both groups
     tag = uuid.uuid4().hex[:6]
-    alo_proc = h.consumer(topics, f"{name}-alo-{tag}", "m0")
+    alo_proc = h.consumer(topics, f"{name}-alo-{tag}", "m0", *extra)
     eos_group = f"{name}-eos-{tag}"
-    eos_proc = h.consumer(eos, eos_group, "m0", "--delivery", "exactly_once")
+    eos_proc = h.consumer(eos, eos_group, "m0", "--delivery", "exactly_once", *extra)
     await asyncio.gather(asyncio.to_thread(alo_proc.start), asyncio.to_thread(eos_proc.start))
     return Pair(topics, eos, alo_proc, eos_proc, eos_group)
 
@@ -117,12 +117,13 @@ async def run_pair(
     fault: Callable[[Pair], Awaitable[tuple[str, bool]]],
     bound_s: float = RESUME_BOUND_S,
     extra: Callable[[list[Report], float], str] | None = None,
+    consumer_args: Sequence[str] = (),
 ) -> Outcome:
-    """Start both consumers, produce under load, run ``fault`` (it returns the row's note on what it did and whether
-    its own checks held), keep the load on for :data:`LOAD_MARGIN_S`, then read both results topics back and judge
-    the row: answers may stall at most ``bound_s``; ``extra`` adds figures from both reports (and the fault's time,
-    ms) to the note."""
-    pair = await start_pair(h, name)
+    """Start both consumers (with ``consumer_args``), produce under load, run ``fault`` (it returns the row's note on
+    what it did and whether its own checks held), keep the load on for :data:`LOAD_MARGIN_S`, then read both results
+    topics back and judge the row: answers may stall at most ``bound_s``; ``extra`` adds figures from both reports
+    (and the fault's time, ms) to the note."""
+    pair = await start_pair(h, name, *consumer_args)
     done = asyncio.Event()
     sending = asyncio.create_task(h.produce_during(pair.topics["requests"], name, plan.rate, done))
     await asyncio.sleep(LOAD_MARGIN_S)

@@ -25,8 +25,8 @@ def model_built(digits_model: Path) -> None:
             shutil.copy(digits_model / name, MODEL.parent / name)
 
 
-#: Seventeen scenarios, three on a 3-node cluster and three behind a veth link: about 9 minutes on the 2-core CI
-#: machine.
+#: Twenty scenarios, three on a 3-node cluster, four behind a veth link and two behind toxiproxy: about 10 minutes on
+#: the 2-core CI machine.
 @pytest.mark.timeout(1200)
 async def test_fault_scenarios_lose_nothing(model_built: None, tmp_path: Path) -> None:
     plan = Plan(**vars(QUICK))

@@ -185,3 +185,27 @@ async def test_readiness_turns_false_while_the_cluster_does_not_answer(
     await h.until_in_time(lambda: h.app.ready, limit_ms=5_100)
     await h.stop()
     assert h.app.readiness() == (False, "stopping")
+
+
+async def test_liveness_fails_once_the_cluster_is_silent_for_the_stall_timeout(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Harness(tmp_path, digits_signature, clock, stall_timeout_s=30)
+    await h.start()
+    await h.until_in_time(lambda: clock.sleepers > 0)  # the link's first check is waiting
+    clock.advance_ms(31_000)
+    await h.idle()
+    assert h.app.liveness() == (True, "ok")  # idle with no lag and the cluster answering: alive
+    h.consumer.topics_error = KafkaConnectionError("Connect call failed")
+    await h.until_in_time(lambda: not h.app.ready, limit_ms=10_000)
+    assert h.app.liveness() == (True, "ok")  # silent for less than the stall timeout
+    clock.advance_ms(31_000)
+    await h.idle()
+    alive, reason = h.app.liveness()
+    assert not alive
+    assert reason.startswith("stalled: kafka cluster silent for ")
+    assert "(lag unknown)" in reason
+    h.consumer.topics_error = None
+    await h.until_in_time(lambda: h.app.ready, limit_ms=5_100)
+    assert h.app.liveness() == (True, "ok")  # the cluster answers again: no restart needed
+    await h.stop()
