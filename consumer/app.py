@@ -204,8 +204,8 @@ class StreamInferApp:
             return True, "ok"
         if self.lag > 0:
             return False, f"stalled: lag {self.lag} records, no fetch or commit for {idle_s:.0f} s"
-        if self.link is not None and not self.link.reachable and self._clock() - self.link.last_ok > stall_s:
-            silent_s = self._clock() - self.link.last_ok
+        silent_s = self._clock() - self.link.last_ok if self.link is not None and not self.link.reachable else 0.0
+        if silent_s > stall_s:
             return False, (f"stalled: kafka cluster silent for {silent_s:.0f} s (lag unknown), no fetch or commit "
                            f"for {idle_s:.0f} s")  # fmt: skip
         return True, "ok"

@@ -115,6 +115,10 @@ class Impairment:
         """``a_to_b`` for packets read from the first descriptor, ``b_to_a`` for the second."""
         return "a_to_b" if source == self.fds[0] else "b_to_a"
 
+    def other(self, fd: int) -> int:
+        """The descriptor at the other end from ``fd``."""
+        return self.fds[1] if fd == self.fds[0] else self.fds[0]
+
     def take(self, source: int, packet: bytes, now: float) -> None:
         """One packet read from ``source`` at ``now``: dropped, or queued for the other side."""
         way = self.direction(source)
@@ -130,9 +134,8 @@ class Impairment:
         """(destination descriptor, packet) for every queued packet due by ``now``, removed from the queues."""
         out = []
         for source, queue in self.queues.items():
-            target = self.fds[1] if source == self.fds[0] else self.fds[0]
             while queue and queue[0][0] <= now:
-                out.append((target, queue.popleft()[1]))
+                out.append((self.other(source), queue.popleft()[1]))
                 self.counts.passed[self.direction(source)] += 1
         return out
 
@@ -159,7 +162,7 @@ class Impairment:
                 try:
                     os.write(target, packet)
                 except OSError:  # the device is going away, or its queue is full: the packet is lost
-                    self.counts.dropped[self.direction(self.fds[1] if target == self.fds[0] else self.fds[0])] += 1
+                    self.counts.dropped[self.direction(self.other(target))] += 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -74,14 +74,18 @@ async def back_to_200(proc: ConsumerProcess, limit_s: float = 60.0) -> float:
     return math.nan
 
 
+async def first_failures(proc: ConsumerProcess, seconds: float) -> tuple[float, float]:
+    """Probe ``proc``'s /readyz and /healthz every 0.5 s for ``seconds``: when each first failed, s (NaN: never)."""
+    ready, health = await asyncio.gather(first_unready_s(proc, seconds), first_unready_s(proc, seconds, "/healthz"))
+    return ready, health
+
+
 async def cut_and_heal(h: Harness, plan: Plan, pair: Pair, one_way: bool) -> tuple[str, bool]:
     """Cut the link for ``plan.net_cut_s`` while probing the at_least_once consumer's /readyz and /healthz every
     0.5 s, heal it, and wait until both are 200 again. Returns the note and whether both probes told the truth:
     /readyz 503 within READY_BOUND_S and /healthz 503 within HEALTH_BOUND_S of the cut, both 200 after healing."""
     (link(h).cut_one_way if one_way else link(h).cut)()
-    unready_after, unhealthy_after = await asyncio.gather(
-        first_unready_s(pair.alo_proc, plan.net_cut_s), first_unready_s(pair.alo_proc, plan.net_cut_s, "/healthz")
-    )
+    unready_after, unhealthy_after = await first_failures(pair.alo_proc, plan.net_cut_s)
     link(h).heal()
     ok_again = await back_to_200(pair.alo_proc)
     told = unready_after <= READY_BOUND_S and unhealthy_after <= HEALTH_BOUND_S and not math.isnan(ok_again)
@@ -151,10 +155,7 @@ async def scenario_net_lossy(h: Harness, plan: Plan) -> Outcome:
     async def fault(pair: Pair) -> tuple[str, bool]:
         link(h).impair(LOSSY_DELAY_MS, LOSSY_JITTER_MS, LOSSY_LOSS)
         try:
-            unready_after, unhealthy_after = await asyncio.gather(
-                first_unready_s(pair.alo_proc, plan.net_cut_s),
-                first_unready_s(pair.alo_proc, plan.net_cut_s, "/healthz"),
-            )
+            unready_after, unhealthy_after = await first_failures(pair.alo_proc, plan.net_cut_s)
         finally:
             healed_ms[0] = time.time() * 1000
             counts = link(h).heal()
