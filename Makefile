@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streaminfer needs Python >= 3.11; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,digits,bench]'
+	@# harness/ is repository-only (never in the wheel): the dev venv finds it, and tests/, through a .pth file
+	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "streaminfer-repo.pth").write_text(str(pathlib.Path.cwd()))'
 	@touch $@
 
 venv: $(STAMP) ## create .venv and install streaminfer with the dev, digits and bench extras
@@ -42,7 +44,7 @@ soak: $(STAMP) $(MODEL) ## 10 minutes at half the measured maximum (digits): RSS
 	scripts/soak $(SOAK_ARGS)
 
 faults: $(STAMP) $(MODEL) ## fault injection in full (20,000 records, 10 kills, 1,000,000 backlog): table + summary
-	$(PY) -m producer_tools.faults $(FAULTS_ARGS)
+	$(PY) -m harness.faults $(FAULTS_ARGS)
 
 unit: $(STAMP) ## unit tests only (no Kafka, no ONNX session)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

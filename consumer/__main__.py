@@ -24,12 +24,12 @@ from consumer.app import StreamInferApp
 from consumer.budget import budget_problem, memory_limit_bytes
 from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError
-from consumer.health import Probes, serve
-from consumer.logs import setup_logging
-from consumer.metrics import Metrics
-from consumer.runner import CUDA, TENSORRT, OnnxRunner, describe, warmup_plan
-from consumer.security import secret_values
-from consumer.tracing import Tracing, from_environment
+from consumer.kafka.security import secret_values
+from consumer.model.runner import CUDA, TENSORRT, OnnxRunner, describe, warmup_plan
+from consumer.ops.health import Probes, serve
+from consumer.ops.logs import setup_logging
+from consumer.ops.metrics import Metrics
+from consumer.ops.tracing import Tracing, from_environment
 
 log = logging.getLogger("consumer")
 

@@ -24,16 +24,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from consumer.clients import Clients, KafkaClients
 from consumer.config import Settings
 from consumer.delivery.at_least_once import AtLeastOnce
 from consumer.delivery.exactly_once import ExactlyOnce
 from consumer.delivery.stages import SHUTDOWN_STEP_TIMEOUT_S, Stages, build_stages
-from consumer.link import BrokerLink
-from consumer.metrics import Metrics
-from consumer.runner import OnnxRunner
-from consumer.security import kafka_security_kwargs
-from consumer.tracing import Tracing
+from consumer.kafka.clients import Clients, KafkaClients
+from consumer.kafka.link import BrokerLink
+from consumer.kafka.security import kafka_security_kwargs
+from consumer.model.runner import OnnxRunner
+from consumer.ops.metrics import Metrics
+from consumer.ops.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +52,10 @@ class StreamInferApp:
         clock: monotonic clock in seconds (batch deadlines, stage timings, stall detection).
         wall_clock: epoch clock in seconds (record age against Kafka timestamps only).
         sleep: ``asyncio.sleep``, or a fake that a test's clock resolves (backoff, commit cadence, revoke wait).
-        clients: makes the Kafka clients; default the real ones (:class:`~consumer.clients.KafkaClients`).
+        clients: makes the Kafka clients; default the real ones (:class:`~consumer.kafka.clients.KafkaClients`).
         held_client_logs: how many Kafka client log records were held back so far
-            (:attr:`consumer.logs.ClientLogLimiter.held_total`), reported when the cluster answers again.
-        tracing: OpenTelemetry spans (:func:`consumer.tracing.from_environment`), or None: traces off.
+            (:attr:`consumer.ops.logs.ClientLogLimiter.held_total`), reported when the cluster answers again.
+        tracing: OpenTelemetry spans (:func:`consumer.ops.tracing.from_environment`), or None: traces off.
     """
 
     def __init__(

@@ -3,7 +3,7 @@
 Both delivery modes size every fetch with :meth:`InFlight.room` and pause the partitions while
 :attr:`InFlight.full`. A fetch takes no more records than rows are free (every record holds at least one row), and
 no more than the free bytes could hold if each record were as large as ``max_record_bytes`` (a larger value never
-stays: :mod:`consumer.unpack` keeps only its size), so the record bytes held never pass ``max_in_flight_bytes``
+stays: :mod:`consumer.kafka.unpack` keeps only its size), so the record bytes held never pass ``max_in_flight_bytes``
 by more than one record. Bytes are a record's key, value and headers as the client materialised them.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from consumer.metrics import Metrics
+from consumer.ops.metrics import Metrics
 from consumer.work import Work
 
 

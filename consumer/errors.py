@@ -13,8 +13,8 @@ Hierarchy::
 
 ``RecordError.retriable`` is False for every reason in this set: a poison record is the same poison on the
 next try. Transport errors (the broker, the network) are aiokafka's own: the client retries them itself, and a
-write that still fails is retried by the publisher (:mod:`consumer.publisher`) with backoff. Two classes of them
-change what is retried:
+write that still fails is retried by the publisher (:mod:`consumer.delivery.publisher`) with backoff. Two classes of
+them change what is retried:
 
 - :data:`TOO_LARGE`: the broker (or the client's own ``max_request_size`` check) refused a write as too large;
   the same bytes never succeed, so the answer climbs the size ladder (sent alone, then shrunk);

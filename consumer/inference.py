@@ -2,7 +2,7 @@
 
 - **Assemble**: fixed-shape requests decoded from one chunk are rows of one array, so a batch of consecutive
   ones is fed as a slice of it (no copy); other batches are copied into the pipeline slot's preallocated buffers,
-  sequence models padded to the batch's longest row (:class:`~consumer.sequence.BatchBuffers`).
+  sequence models padded to the batch's longest row (:class:`~consumer.model.sequence.BatchBuffers`).
 - **Infer**: ``OnnxRunner.run`` in the dedicated inference thread, off the event loop (on the loop for a model
   whose largest batch computes in under a millisecond, :data:`INLINE_BELOW_S`); it checks every output's first
   dimension against the batch's rows. A batch whose failure is transient (out of memory) runs again after a
@@ -28,15 +28,15 @@ from typing import Any
 import numpy as np
 
 from consumer.errors import DeadLetterReason, InferenceError
-from consumer.metrics import Metrics
+from consumer.model.runner import CPU, OnnxRunner, non_finite_outputs, split
+from consumer.model.sequence import CPU_BUCKETS, GPU_BUCKETS, BatchBuffers, bucket, length_buckets
 from consumer.oip.decode import DecodedRequest
 from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
 from consumer.oip.proto import response as proto_response
-from consumer.runner import CPU, OnnxRunner, non_finite_outputs, split
+from consumer.ops.metrics import Metrics
+from consumer.ops.tracing import Tracing
 from consumer.schema import floating
-from consumer.sequence import CPU_BUCKETS, GPU_BUCKETS, BatchBuffers, bucket, length_buckets
 from consumer.timeouts import Backoff
-from consumer.tracing import Tracing
 from consumer.work import Work, loggable
 
 log = logging.getLogger(__name__)
@@ -65,12 +65,12 @@ class BatchRunner:
         retries: runs again of a batch whose failure is transient (``InferenceError.transient``: out of memory),
             after ``backoff``'s pause (awaited with ``sleep``: the event loop, heartbeats included, runs meanwhile),
             before it is bisected.
-        tracing: a span per batch run (:mod:`consumer.tracing`), or None.
+        tracing: a span per batch run (:mod:`consumer.ops.tracing`), or None.
 
     Attributes:
         batch_tokens: the batcher's token budget (rows x length bucket), tokens; None for other models.
-        buckets: sequence models: the length bucket bounds, tokens (:data:`~consumer.sequence.CPU_BUCKETS` on CPU,
-            :data:`~consumer.sequence.GPU_BUCKETS` otherwise, capped at ``max_sequence_length``); () otherwise.
+        buckets: sequence models: the length bucket bounds, tokens (:data:`~consumer.model.sequence.CPU_BUCKETS` on CPU,
+            :data:`~consumer.model.sequence.GPU_BUCKETS` otherwise, capped at ``max_sequence_length``); () otherwise.
     """
 
     def __init__(

@@ -3,7 +3,7 @@
 Records are decoded chunk by chunk (:func:`consumer.oip.decode.decode_chunk`: records declaring the same inputs
 are parsed into one array and checked together). Text is tokenized in a decode thread (the Rust tokenizer releases
 the GIL), so a chunk of large texts never holds up the event loop (heartbeats, produces, ``/healthz``'s loop
-check); images likewise, that thread waiting on :class:`~consumer.vision.ImageEncoder`'s pool while it decodes
+check); images likewise, that thread waiting on :class:`~consumer.model.vision.ImageEncoder`'s pool while it decodes
 them in parallel; tensor requests are decoded on the loop, where a thread hop would cost more than it saves.
 
 The chunk's decode time goes to ``streaminfer_stage_seconds_total{stage="decode"}`` and, divided by its records,
@@ -20,15 +20,15 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from consumer.errors import DeadLetterReason, DecodeError, RecordError
-from consumer.metrics import Metrics
+from consumer.kafka.unpack import Dropped
+from consumer.model.sequence import TextEncoder
+from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
 from consumer.oip.chunk import decode_chunk
 from consumer.oip.decode import DecodedRequest, Limits
 from consumer.oip.wire import correlation_id
+from consumer.ops.metrics import Metrics
 from consumer.schema import ModelSignature
-from consumer.sequence import TextEncoder
-from consumer.unpack import Dropped
-from consumer.vision import ImageEncoder
 from consumer.work import UndecodableRecord, Work
 
 

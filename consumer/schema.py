@@ -73,7 +73,7 @@ class TensorSpec:
         shape: one entry per axis; ``None`` for a dynamic axis. Axis 0 is the batch axis (rows) where ``batched``.
         batched: outputs: axis 0 follows the batch's rows, so each response gets its own rows; False for an output
             without a batch axis (a scalar, a fixed table), which every response carries whole. Found by running
-            the model at 1 and 2 rows when it is loaded (:func:`consumer.compat.probe`).
+            the model at 1 and 2 rows when it is loaded (:func:`consumer.model.compat.probe`).
         labels: a ZipMap output (``seq(map(string|int64, tensor(float)))``, skl2onnx's default for classifier
             probabilities), served as a dense ``[rows, classes]`` tensor: the class labels of its columns, in
             order; the response lists them in the output's ``parameters.classes``. () for other outputs.
@@ -94,7 +94,7 @@ class TensorSpec:
 @dataclass(frozen=True, slots=True)
 class SequenceSpec:
     """How a sequence model's ``[batch, sequence]`` token inputs are padded and validated (see
-    :mod:`consumer.sequence`, which detects it from the graph and metadata).
+    :mod:`consumer.model.sequence`, which detects it from the graph and metadata).
 
     Attributes:
         inputs: the ``[batch, sequence]`` inputs, graph order; all padded to one length per batch.
@@ -103,8 +103,8 @@ class SequenceSpec:
         optional: inputs a request may leave out, with their fill value (``attention_mask`` 1, ``token_type_ids``
             0), so a request of bare ``input_ids`` is enough.
         padding_safe: padding a row to its batch's longest leaves its answer as it is (checked when the model is
-            loaded, :mod:`consumer.probe`); False (no ``attention_mask``, last-token pooling): a request is batched
-            only with requests of its own length.
+            loaded, :mod:`consumer.model.probe`); False (no ``attention_mask``, last-token pooling): a request is
+            batched only with requests of its own length.
     """
 
     inputs: tuple[str, ...]
@@ -120,7 +120,7 @@ Layout = Literal["NCHW", "NHWC"]
 
 @dataclass(frozen=True, slots=True)
 class Preprocessing:
-    """How one image becomes one row of the model's image input (:mod:`consumer.vision` reads the declaration and
+    """How one image becomes one row of the model's image input (:mod:`consumer.model.vision` reads the declaration and
     does it).
 
     Attributes:

@@ -44,8 +44,7 @@ from rich.table import Table
 from tqdm import tqdm
 
 from consumer.errors import DeadLetterReason
-from consumer.oip.wire import CORRELATION_HEADER
-from consumer.sink import (
+from consumer.oip.records import (
     FIRST_OFFSET_HEADER,
     OFFSET_HEADER,
     PARTITION_HEADER,
@@ -53,6 +52,7 @@ from consumer.sink import (
     TOPIC_HEADER,
     VALUE_DROPPED_HEADER,
 )
+from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.topics import TopicMissingError
 

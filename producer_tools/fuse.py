@@ -1,7 +1,7 @@
 """Fold an image model's normalisation and layout into its ONNX graph: uint8 NHWC pixels in.
 
 ``python -m producer_tools.fuse MODEL OUT`` reads the preprocessing declared in MODEL's metadata
-(``streaminfer.image``, :mod:`consumer.vision`) and writes OUT, the same model behind a small graph::
+(``streaminfer.image``, :mod:`consumer.model.vision`) and writes OUT, the same model behind a small graph::
 
     pixels  UINT8 [batch, H, W, 3]
       -> Cast(float32) -> Sub(mean) -> Mul(1 / std) -> Transpose(0, 3, 1, 2) (an NCHW model only)
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from consumer.vision import METADATA_KEY
+from consumer.model.vision import METADATA_KEY
 
 #: Largest difference between a fused and a plain model's float outputs on the same pixels (probabilities).
 TOLERANCE = 1e-5

@@ -6,7 +6,7 @@ Sources:
 - ``FILE.npy``: an array ``[n, ...]``; each row becomes a one-row request for ``--input-name`` (default: the only
   input of ``--model-path``);
 - ``DIR`` (a folder of JPEG/PNG/... files) or ``samples`` (scikit-image's sample photographs): image requests
-  (:mod:`consumer.vision`), ``--images-per-record`` images each (default 1), for ``--input-name`` (default
+  (:mod:`consumer.model.vision`), ``--images-per-record`` images each (default 1), for ``--input-name`` (default
   ``image``), BYTES in the binary data extension (``--base64``: in JSON); ``--limit`` cycles through the images
   until that many records.
 ``--poison`` adds every kind of :mod:`producer_tools.poison` (for the digits model), interleaved.

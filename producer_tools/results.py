@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from consumer.oip.client import decode_response
 from consumer.oip.proto import PROTO_RESPONSE, SELDON_TYPE_HEADER, parse_response
+from consumer.oip.records import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
 from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
-from consumer.sink import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
 from producer_tools.cli import add_bootstrap, kafka_error_text, quiet_client_logs
 
 

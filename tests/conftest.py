@@ -2,7 +2,7 @@
 
 1. ``KAFKA_BOOTSTRAP_SERVERS`` if set (``.ci/run`` starts one and sets it);
 2. testcontainers' Kafka if a Docker engine answers;
-3. :class:`producer_tools.localkafka.LocalBroker` (Apache Kafka's jars via Maven, on the JDK), started for the
+3. :class:`harness.localkafka.LocalBroker` (Apache Kafka's jars via Maven, on the JDK), started for the
    session.
 
 With ``CI=true`` a broker that cannot be had fails the tests that need one, with the reason; elsewhere they skip.
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from producer_tools.localkafka import BrokerSetupError, LocalBroker
+from harness.localkafka import BrokerSetupError, LocalBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ Graph::
     top_k_indices, top_k_labels = TopK(probabilities, 2)          INT64 / STRING [batch, 2]
 
 so a mostly red image's top-1 label is ``red``, a mid-grey one's ``grey``. Its metadata declares the preprocessing
-(:mod:`consumer.vision`): ``size`` 16 x 16, ``resize`` 18 (shorter side, then a centre crop), mean 127, std 128.
+(:mod:`consumer.model.vision`): ``size`` 16 x 16, ``resize`` 18 (shorter side, then a centre crop), mean 127, std 128.
 """
 
 from __future__ import annotations

@@ -28,10 +28,10 @@ from collections import Counter
 from aiokafka import TopicPartition
 
 from consumer.budget import InFlight
-from consumer.committer import Committer
+from consumer.delivery.committer import Committer
+from consumer.delivery.publisher import Publisher
 from consumer.delivery.stages import Stages, backoff, wait_until
-from consumer.publisher import Publisher
-from consumer.sequence import BatchBuffers
+from consumer.model.sequence import BatchBuffers
 from consumer.work import Work
 
 log = logging.getLogger(__name__)

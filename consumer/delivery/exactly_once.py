@@ -3,7 +3,7 @@
 One task runs windows back to back. A window fetches chunks for up to ``commit_interval_ms`` (or until the
 in-flight budget of :mod:`consumer.budget` is full, a rebalance or a stop is pending), decodes them, runs their
 micro-batches and writes each partition's answers, in offset order, into that partition's open transaction (its
-transactional producer, :mod:`consumer.transactions`). Then every partition's transaction gets its next offset
+transactional producer, :mod:`consumer.delivery.transactions`). Then every partition's transaction gets its next offset
 (``send_offsets_to_transaction``) and is committed. Kafka Streams' ``commit.interval.ms`` plays the same role:
 a reader with ``isolation.level=read_committed`` sees a window's answers when it commits.
 
@@ -31,11 +31,11 @@ from aiokafka import TopicPartition
 from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, KafkaError, ProducerFenced
 
 from consumer.budget import InFlight
-from consumer.clients import ProducerClient
+from consumer.delivery.publisher import Sent
 from consumer.delivery.stages import Stages, backoff
+from consumer.delivery.transactions import PartitionTransactions
 from consumer.errors import BROKEN_PRODUCER, TOO_LARGE
-from consumer.publisher import Sent
-from consumer.transactions import PartitionTransactions
+from consumer.kafka.clients import ProducerClient
 from consumer.work import Work
 
 log = logging.getLogger(__name__)

@@ -11,22 +11,22 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumer.batcher import MicroBatcher
-from consumer.clients import Clients
 from consumer.config import Settings
-from consumer.health import Progress
+from consumer.delivery.publisher import AnswerWriter, SizeLadder, count_answers
 from consumer.inference import BatchRunner
 from consumer.intake import Intake
-from consumer.metrics import Metrics
+from consumer.kafka.clients import Clients
+from consumer.kafka.source import Source
+from consumer.model.runner import OnnxRunner
+from consumer.model.sequence import TextEncoder
+from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
 from consumer.oip.decode import Limits
-from consumer.publisher import AnswerWriter, SizeLadder, count_answers
-from consumer.runner import OnnxRunner
-from consumer.sequence import TextEncoder
-from consumer.sink import AnswerRecords
-from consumer.source import Source
+from consumer.oip.records import AnswerRecords
+from consumer.ops.health import Progress
+from consumer.ops.metrics import Metrics
+from consumer.ops.tracing import Tracing
 from consumer.timeouts import Backoff, within
-from consumer.tracing import Tracing
-from consumer.vision import ImageEncoder
 from consumer.work import Work
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class Stages:
         wall_clock: epoch seconds (record age against Kafka timestamps, record timestamps).
         sleep: ``asyncio.sleep`` or a fake that a test's clock resolves.
         fail: reports a failed background task (the process then stops with exit code 1).
-        tracing: OpenTelemetry spans (:mod:`consumer.tracing`), or None when traces are off.
+        tracing: OpenTelemetry spans (:mod:`consumer.ops.tracing`), or None when traces are off.
     """
 
     settings: Settings

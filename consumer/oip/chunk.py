@@ -35,8 +35,8 @@ from consumer.oip.wire import BINARY_HEADER, Headers, binary_header_length
 from consumer.schema import ModelSignature, TensorSpec
 
 if TYPE_CHECKING:
-    from consumer.sequence import TextEncoder
-    from consumer.vision import ImageEncoder
+    from consumer.model.sequence import TextEncoder
+    from consumer.model.vision import ImageEncoder
 
 #: A well-formed binary-extension record of a one-input model: (index in the chunk, request id, requested
 #: outputs, binary_data_output, its tensor's bytes).
@@ -75,7 +75,7 @@ def decode_chunk(
         limits: per-record size limits.
         text: tokenizer of a sequence model that serves text (such chunks are decoded record by record).
         images: an image model's encoder: records are checked one by one, then every image of the chunk is
-            decoded on its thread pool at once (:meth:`~consumer.vision.ImageEncoder.finish`).
+            decoded on its thread pool at once (:meth:`~consumer.model.vision.ImageEncoder.finish`).
 
     Returns:
         One :class:`~consumer.oip.decode.DecodedRequest` (its ``inputs`` views of its group's ``block``) or

@@ -22,8 +22,8 @@ def encode_request(request_id: str | None, inputs: RequestInputs, outputs: Seque
     Args:
         request_id: the ``id`` field, or None to leave it out.
         inputs: input name -> array ``[rows, ...]`` of an OIP-mappable numeric dtype, a list of ``str`` for a
-            text (BYTES) input of shape ``[rows]``, or a list of ``bytes`` (encoded images, :mod:`consumer.vision`)
-            for a BYTES input of shape ``[rows]``, base64 in JSON.
+            text (BYTES) input of shape ``[rows]``, or a list of ``bytes`` (encoded images,
+            :mod:`consumer.model.vision`) for a BYTES input of shape ``[rows]``, base64 in JSON.
         outputs: output names to request, or None for all.
     """
     head, _ = _request(request_id, inputs, outputs, binary=False, binary_output=False)

@@ -15,7 +15,7 @@ Binary tensor data (:mod:`consumer.oip.wire`): an input with ``"parameters": {"b
 (BYTES elements each a 4-byte little-endian length then the bytes). A request with ``"parameters":
 {"binary_data_output": true}`` gets its response in the same form.
 
-Sequence models (:mod:`consumer.sequence`) take ``[rows, length]`` token ids, ``attention_mask`` and
+Sequence models (:mod:`consumer.model.sequence`) take ``[rows, length]`` token ids, ``attention_mask`` and
 ``token_type_ids`` optional; with a tokenizer configured they also take text: one BYTES input (``text`` by
 default) of shape ``[rows]``, one UTF-8 string per row.
 
@@ -53,8 +53,8 @@ from consumer.oip.wire import BINARY_HEADER, Headers, binary_header_length
 from consumer.schema import ModelSignature, TensorSpec
 
 if TYPE_CHECKING:
-    from consumer.sequence import TextEncoder
-    from consumer.vision import ImageEncoder
+    from consumer.model.sequence import TextEncoder
+    from consumer.model.vision import ImageEncoder
 
 #: The attention mask input of a sequence model (Hugging Face name).
 MASK = "attention_mask"
@@ -94,7 +94,7 @@ class DecodedRequest:
         start: the first row of this request in ``block``.
         protobuf: the record was a protobuf ``ModelInferRequest`` (:mod:`consumer.oip.proto`).
         pending: image models: the request's images, not yet decoded (encoded bytes or ``[H, W, 3]`` uint8), until
-            :meth:`consumer.vision.ImageEncoder.finish` calls :meth:`complete`; None otherwise.
+            :meth:`consumer.model.vision.ImageEncoder.finish` calls :meth:`complete`; None otherwise.
     """
 
     __slots__ = (
@@ -179,7 +179,7 @@ def decode_request(
             :func:`~consumer.oip.wire.binary_header_length`); None for a plain JSON value.
         text: tokenizer for text requests of a sequence model, or None when text is not served.
         images: image models: a request whose one input is the image input (BYTES or UINT8) is returned pending
-            (its images checked but not decoded: :meth:`consumer.vision.ImageEncoder.finish` does that).
+            (its images checked but not decoded: :meth:`consumer.model.vision.ImageEncoder.finish` does that).
 
     Returns:
         The request with each input as a numpy array of the model's dtype and shape ``[rows, ...]``.

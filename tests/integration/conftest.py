@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from consumer.app import StreamInferApp
 from consumer.config import Settings
-from consumer.metrics import Metrics
-from consumer.runner import OnnxRunner, warmup_plan
+from consumer.model.runner import OnnxRunner, warmup_plan
+from consumer.ops.metrics import Metrics
 from producer_tools.produce import Outgoing
 from producer_tools.results import Report, collect
 from producer_tools.topics import ensure_topics

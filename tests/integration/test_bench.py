@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from producer_tools import bench
+from harness import bench
 from producer_tools.fuse import fuse
 from tests.image_model import DECLARED
 

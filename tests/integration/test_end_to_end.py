@@ -11,8 +11,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from consumer.oip.client import encode_request
-from consumer.oip.wire import CORRELATION_HEADER
-from consumer.sink import (
+from consumer.oip.records import (
     CLASS_HEADER,
     GROUP_HEADER,
     MESSAGE_HEADER,
@@ -21,6 +20,7 @@ from consumer.sink import (
     REASON_HEADER,
     TOPIC_HEADER,
 )
+from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.produce import Outgoing, digits_requests, interleave, poison_requests, send_all
 from producer_tools.results import collect
 from tests.integration.conftest import AppFactory, answers

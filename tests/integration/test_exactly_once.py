@@ -9,8 +9,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from consumer.clients import KafkaClients
-from consumer.transactions import PartitionTransactions
+from consumer.delivery.transactions import PartitionTransactions
+from consumer.kafka.clients import KafkaClients
 from producer_tools.produce import digits_requests, interleave, poison_requests, send_all
 from tests.integration.conftest import MODEL_PLACEHOLDER, AppFactory, answers, settings_for
 

@@ -1,7 +1,7 @@
 """The fault-injection scenarios of ``make faults`` at small sizes (``streaminfer-faults --quick``).
 
 They start a private broker (the outage scenario stops and restarts it) and a private 3-node cluster (the cluster
-scenarios kill and restart its nodes) with producer_tools.localkafka, so they need a JDK and Maven like the rest of
+scenarios kill and restart its nodes) with harness.localkafka, so they need a JDK and Maven like the rest of
 the local path.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from producer_tools.faults import MODEL, QUICK, SCENARIOS, Plan, run, table
+from harness.faults import MODEL, QUICK, SCENARIOS, Plan, run, table
 
 pytestmark = pytest.mark.integration
 

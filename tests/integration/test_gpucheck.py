@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from consumer.runner import CUDA, gpu_count
-from producer_tools import gpucheck
-from producer_tools.bench import corpus
+from consumer.model.runner import CUDA, gpu_count
+from harness import gpucheck
+from harness.bench import corpus
 
 
 def test_pipeline_and_bare_ort_on_cpu(text_model: tuple[Path, Path]) -> None:

@@ -11,9 +11,15 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from consumer.sink import FIRST_OFFSET_HEADER, LAST_OFFSET_HEADER, OFFSET_HEADER, REASON_HEADER, VALUE_DROPPED_HEADER
-from producer_tools.bench.measure import Sampler, start_streaminfer, stop
-from producer_tools.bombs import RawBatch, bomb_producer, corrupt_gzip_batch, send_whole_batch_bomb
+from consumer.oip.records import (
+    FIRST_OFFSET_HEADER,
+    LAST_OFFSET_HEADER,
+    OFFSET_HEADER,
+    REASON_HEADER,
+    VALUE_DROPPED_HEADER,
+)
+from harness.bench.measure import Sampler, start_streaminfer, stop
+from harness.bombs import RawBatch, bomb_producer, corrupt_gzip_batch, send_whole_batch_bomb
 from producer_tools.produce import digits_requests
 from producer_tools.topics import ensure_topics
 

@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumer.app import StreamInferApp
-from consumer.health import Probes, serve
-from consumer.metrics import Metrics
-from consumer.runner import OnnxRunner
-from producer_tools.ports import free_port
+from consumer.model.runner import OnnxRunner
+from consumer.ops.health import Probes, serve
+from consumer.ops.metrics import Metrics
+from harness.ports import free_port
 from producer_tools.produce import digits_requests, send_all
 from tests.integration.conftest import answers, settings_for
 

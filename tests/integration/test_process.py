@@ -1,4 +1,4 @@
-"""The consumer as a child process (producer_tools.process): readiness, early exit, bounded stop."""
+"""The consumer as a child process (harness.process): readiness, early exit, bounded stop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from producer_tools.process import ConsumerProcess, stop_process
+from harness.process import ConsumerProcess, stop_process
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ from prometheus_client import CollectorRegistry
 
 from consumer.app import StreamInferApp
 from consumer.config import Settings
-from consumer.logs import setup_logging
-from consumer.metrics import Metrics
-from consumer.runner import OnnxRunner
+from consumer.model.runner import OnnxRunner
+from consumer.ops.logs import setup_logging
+from consumer.ops.metrics import Metrics
 from producer_tools.produce import digits_requests, send_all
 from producer_tools.topics import ensure_topics
 from tests.integration.conftest import answers, settings_for

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from consumer.config import Settings
+from consumer.model.runner import OnnxRunner
+from consumer.model.sequence import BatchBuffers, TextEncoder
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
-from consumer.runner import OnnxRunner
-from consumer.sequence import BatchBuffers, TextEncoder
 from producer_tools.produce import Outgoing, send_all
 from tests.integration.conftest import AppFactory, answers
 from tests.text_model import MAX_LENGTH, WORDS

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_one_minute_soak_prints_its_line_and_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "producer_tools.soak", "--bootstrap-servers", kafka_bootstrap, "--minutes", "1",
+        [sys.executable, "-m", "harness.soak", "--bootstrap-servers", kafka_bootstrap, "--minutes", "1",
          "--rate", "200", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300, check=False, cwd=ROOT,
     )  # fmt: skip

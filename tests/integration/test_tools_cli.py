@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
-from producer_tools.ports import free_port
+from harness.ports import free_port
 from producer_tools.produce import main
 from producer_tools.topics import ensure_topics
 

@@ -12,10 +12,10 @@ import numpy as np
 import onnx
 from PIL import Image
 
+from consumer.model.runner import OnnxRunner
+from consumer.model.vision import ImageEncoder
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
-from consumer.runner import OnnxRunner
-from consumer.vision import ImageEncoder
 from producer_tools.fuse import TOLERANCE, fuse
 from producer_tools.produce import Outgoing, send_all
 from tests.image_model import CLASSES, DECLARED, corruptions, jpeg, png

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from consumer.metrics import Metrics
+from consumer.ops.metrics import Metrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "k8s" / "grafana" / "streaminfer-dashboard.json"
 METRIC = re.compile(r"\b(streaminfer_[a-z_]+)")

@@ -3,7 +3,7 @@
 Every overlay is built with ``kubectl kustomize``; built-in kinds are validated by kubernetes-validate in strict mode
 (unknown fields fail) against a current Kubernetes version; the KEDA, Prometheus Operator and Strimzi kinds, which
 it cannot know, are checked here for the fields those operators require. Then the manifests are checked against
-``consumer.config.Settings`` and ``consumer.health`` so they cannot drift.
+``consumer.config.Settings`` and ``consumer.ops.health`` so they cannot drift.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from consumer.budget import budget_problem
 from consumer.config import ENV_PREFIX, Settings
-from consumer.health import HEALTHZ_PATH, METRICS_PATH, READYZ_PATH
+from consumer.ops.health import HEALTHZ_PATH, METRICS_PATH, READYZ_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -370,7 +370,7 @@ def needed_acls(env: dict[str, str]) -> list[tuple[str, str, str]]:
     needed += [("group", group, op) for op in ("Describe", "Read")]
     for key in ("STREAMINFER_RESULTS_TOPIC", "STREAMINFER_DEAD_LETTER_TOPIC"):
         needed += [("topic", env[key], op) for op in ("Describe", "Write")]
-    # transactional.id = <prefix>-<group>-<topic>-<partition> (consumer/transactions.py), one per partition
+    # transactional.id = <prefix>-<group>-<topic>-<partition> (consumer/delivery/transactions.py), one per partition
     needed += [("transactionalId", f"{prefix}-{group}-{env['STREAMINFER_REQUESTS_TOPIC']}-0", op)
                for op in ("Describe", "Write")]  # fmt: skip
     return needed

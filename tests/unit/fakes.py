@@ -1,4 +1,4 @@
-"""In-memory stand-ins for the Kafka clients (``consumer.clients``' interfaces), a fake ONNX session and a fake
+"""In-memory stand-ins for the Kafka clients (``consumer.kafka.clients``' interfaces), a fake ONNX session and a fake
 clock, so the delivery modes run in unit tests without a broker, a model file or real time.
 
 - :class:`FakeCluster` holds topic logs (offset order per partition) and committed group offsets.
@@ -25,7 +25,7 @@ from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import ProducerFenced
 from aiokafka.structs import ConsumerRecord
 
-from consumer.runner import OnnxRunner
+from consumer.model.runner import OnnxRunner
 from consumer.schema import ModelSignature
 
 

@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry
 
 from consumer.app import StreamInferApp
 from consumer.config import Settings
-from consumer.metrics import Metrics
 from consumer.oip.client import encode_request
+from consumer.oip.records import OFFSET_HEADER, PARTITION_HEADER, REASON_HEADER
+from consumer.ops.metrics import Metrics
+from consumer.ops.tracing import Tracing
 from consumer.schema import ModelSignature
-from consumer.sink import OFFSET_HEADER, PARTITION_HEADER, REASON_HEADER
-from consumer.tracing import Tracing
 from tests.unit.fakes import FakeClients, FakeClock, FakeCluster, FakeSession, Written, fake_runner
 
 REQUESTS, RESULTS, DLQ = "requests", "results", "dlq"

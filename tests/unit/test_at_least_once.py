@@ -394,7 +394,7 @@ async def test_a_topic_that_does_not_exist_stops_start_up(
         await start
     allowed = Harness(tmp_path, digits_signature, clock, allow_auto_create_topics=True)
     allowed.consumer.existing = {"requests", "results"}
-    with caplog.at_level(logging.WARNING, logger="consumer.source"):
+    with caplog.at_level(logging.WARNING, logger="consumer.kafka.source"):
         await allowed.start()  # asked for: starts, and says what is missing
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["dead_letter_topic 'dlq' does not exist yet"]
     await allowed.stop()

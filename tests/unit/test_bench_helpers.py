@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from producer_tools.bench import latency_pcts, mean_batch, summary_line, throughput
+from harness.bench import latency_pcts, mean_batch, summary_line, throughput
 
 LAST = (
     "bench: digits_vs_passthrough=0.60 digits_vs_naive=125.00 minilm_vs_bare_ort=0.93 digits_eos_vs_alo=0.81 "

@@ -1,5 +1,6 @@
-"""Model compatibility without a model file: the graph rules (consumer.compat), static batches and the output probe
-(consumer.runner) on fake sessions, BYTES inputs (consumer.oip), and answers with outputs without a batch axis."""
+"""Model compatibility without a model file: the graph rules (consumer.model.compat), static batches and the output
+probe (consumer.model.runner) on fake sessions, BYTES inputs (consumer.oip), and answers with outputs without a batch
+axis."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import numpy as np
 import orjson
 import pytest
 
-from consumer.compat import OutputReader, input_spec, is_zipmap, output_spec, static_batch
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import ModelError, RecordError
+from consumer.model.compat import OutputReader, input_spec, is_zipmap, output_spec, static_batch
+from consumer.model.runner import OnnxRunner, batch_axis, split, warmup_plan
 from consumer.oip.chunk import decode_chunk
 from consumer.oip.decode import DecodedRequest, Limits, decode_request
-from consumer.runner import OnnxRunner, batch_axis, split, warmup_plan
 from consumer.schema import BF16, ModelSignature, TensorSpec
 
 LIMITS = Limits()
@@ -327,8 +328,8 @@ def test_a_sequence_model_that_padding_changes_is_batched_by_exact_length(masked
     from prometheus_client import CollectorRegistry
 
     from consumer.inference import BatchRunner
-    from consumer.metrics import Metrics
-    from consumer.sequence import detect
+    from consumer.model.sequence import detect
+    from consumer.ops.metrics import Metrics
 
     i64 = np.dtype(np.int64)
     plain = ModelSignature(
@@ -351,7 +352,7 @@ def test_only_graph_constants_without_a_batch_axis_keep_batching(tmp_path: Any) 
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    from consumer.probe import graph_constants
+    from consumer.model.probe import graph_constants
 
     table = numpy_helper.from_array(np.array([1, 2], np.int64), "table_value")
     graph = helper.make_graph(
@@ -385,7 +386,7 @@ def test_only_graph_constants_without_a_batch_axis_keep_batching(tmp_path: Any) 
     ],
 )
 def test_load_errors_converters_cause_get_their_fix(error: str, fix: str) -> None:
-    from consumer.compat import load_fix
+    from consumer.model.compat import load_fix
 
     assert fix in (load_fix(error) or "")
     assert load_fix("something else entirely") is None

@@ -1,4 +1,4 @@
-"""The user-space link impairment (producer_tools/impair.py): loss, delay with jitter, order kept, counts. No TUN
+"""The user-space link impairment (harness/impair.py): loss, delay with jitter, order kept, counts. No TUN
 device: the forwarder's decisions are driven with an injected clock and seeded random source."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from producer_tools.impair import IDLE_WAIT_S, Impairment, main
+from harness.impair import IDLE_WAIT_S, Impairment, main
 
 A, B = 10, 11  # stand-in descriptors: only compared, never read
 

@@ -13,16 +13,16 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from producer_tools import toxiproxy
-from producer_tools.faults.cluster import longest_stall_s
-from producer_tools.faults.network import before_after
-from producer_tools.localkafka import BrokerSetupError, LocalBroker, Node
-from producer_tools.localkafka.cli import main as cli
-from producer_tools.localkafka.java import classpath, find_java, java_major
-from producer_tools.localkafka.nodes import Recorded, cluster_id, lay_out, server_properties
-from producer_tools.localkafka.procs import is_broker, wait_gone
-from producer_tools.localkafka.tls import make_tls_material
-from producer_tools.ports import listening, ports_taken, stable_ports, stable_windows
+from harness import toxiproxy
+from harness.faults.cluster import longest_stall_s
+from harness.faults.network import before_after
+from harness.localkafka import BrokerSetupError, LocalBroker, Node
+from harness.localkafka.cli import main as cli
+from harness.localkafka.java import classpath, find_java, java_major
+from harness.localkafka.nodes import Recorded, cluster_id, lay_out, server_properties
+from harness.localkafka.procs import is_broker, wait_gone
+from harness.localkafka.tls import make_tls_material
+from harness.ports import listening, ports_taken, stable_ports, stable_windows
 from producer_tools.results import Answer, Report, build_report
 
 # ------------------------------------------------------------------------------------------------ java and jars

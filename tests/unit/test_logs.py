@@ -14,8 +14,8 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError
 from prometheus_client import CollectorRegistry, Gauge
 
-from consumer.link import BrokerLink
-from consumer.logs import CLIENT_LOG_INTERVAL_S, ClientLogLimiter
+from consumer.kafka.link import BrokerLink
+from consumer.ops.logs import CLIENT_LOG_INTERVAL_S, ClientLogLimiter
 from consumer.schema import ModelSignature
 from tests.unit.fakes import FakeClock
 from tests.unit.harness import Harness
@@ -100,7 +100,7 @@ async def test_an_outage_is_one_warning_and_its_end_one_line_with_its_length(
     gauge = Gauge("reachable", "", registry=registry)
     held = [0]
     link = BrokerLink(cluster.topics, "broker:9092", clock=clock, sleep=clock.sleep, gauge=gauge, held=lambda: held[0])
-    caplog.set_level(logging.INFO, logger="consumer.link")
+    caplog.set_level(logging.INFO, logger="consumer.kafka.link")
     assert await link.check_once()
     assert caplog.records == []  # nothing to say while all is well
     cluster.state = "down"
@@ -132,7 +132,7 @@ async def test_a_check_that_never_answers_marks_the_link_down(
     cluster = Cluster()
     cluster.state = "hung"
     link = BrokerLink(cluster.topics, "broker:9092", clock=clock, sleep=clock.sleep, timeout_s=5.0)
-    caplog.set_level(logging.INFO, logger="consumer.link")
+    caplog.set_level(logging.INFO, logger="consumer.kafka.link")
     check = asyncio.ensure_future(link.check_once())
     await settle()
     clock.advance_ms(4_900)
@@ -162,7 +162,7 @@ async def test_the_consumer_watches_the_link_and_says_serving_once_joined(
     await h.until_in_time(lambda: h.metrics.registry.get_sample_value("streaminfer_kafka_reachable") == 0)
     h.consumer.topics_error = None
     await h.until_in_time(lambda: h.metrics.registry.get_sample_value("streaminfer_kafka_reachable") == 1)
-    link_lines = [r.getMessage() for r in caplog.records if r.name == "consumer.link"]
+    link_lines = [r.getMessage() for r in caplog.records if r.name == "consumer.kafka.link"]
     assert len(link_lines) == 2
     assert link_lines[0].startswith("kafka: cluster unreachable")
     assert link_lines[1].startswith("kafka: cluster reachable again after")

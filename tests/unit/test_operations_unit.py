@@ -10,9 +10,9 @@ from prometheus_client import CollectorRegistry
 
 from consumer.config import load_settings
 from consumer.errors import ConfigError
-from consumer.health import Probes
-from consumer.metrics import Metrics
-from consumer.security import kafka_security_kwargs
+from consumer.kafka.security import kafka_security_kwargs
+from consumer.ops.health import Probes
+from consumer.ops.metrics import Metrics
 
 
 class FakeApp:

@@ -6,7 +6,7 @@ import random
 
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
-from consumer.partitioner import murmur2_many, partitions_for_keys
+from consumer.kafka.partitioner import murmur2_many, partitions_for_keys
 
 
 def test_murmur2_of_every_length_equals_aiokafkas() -> None:

@@ -1,4 +1,4 @@
-"""The consumer's argument list as the tools build it (producer_tools.process)."""
+"""The consumer's argument list as the tools build it (harness.process)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from consumer.config import load_settings
-from producer_tools.process import consumer_argv
+from harness.process import consumer_argv
 
 
 def test_settings_become_the_flags_the_consumer_parses(tmp_path: Path) -> None:

@@ -18,8 +18,8 @@ from consumer.oip.chunk import decode_chunk
 from consumer.oip.client import decode_response
 from consumer.oip.decode import DecodedRequest, Limits, decode_one
 from consumer.oip.encode import encode_response, encode_response_binary
+from consumer.oip.records import AnswerRecords
 from consumer.schema import ModelSignature, TensorSpec
-from consumer.sink import AnswerRecords
 
 LIMITS = Limits()
 SELDON = [("seldon-infer-type", b"proto/InferModelRequest")]

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from consumer.errors import DeadLetterReason, InferenceError, transient_reason
-from consumer.runner import OnnxRunner, non_finite_outputs, split
+from consumer.model.runner import OnnxRunner, non_finite_outputs, split
+from consumer.model.sequence import BatchBuffers
 from consumer.schema import ModelSignature
-from consumer.sequence import BatchBuffers
 from consumer.timeouts import Backoff
 
 

@@ -13,14 +13,8 @@ from prometheus_client import CollectorRegistry
 from consumer.batcher import MicroBatcher
 from consumer.errors import DeadLetterReason, RecordError
 from consumer.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, BatchRunner
-from consumer.metrics import Metrics
-from consumer.oip.client import decode_response, encode_request, encode_request_binary
-from consumer.oip.decode import Limits, decode_request
-from consumer.oip.encode import encode_response, encode_response_binary
-from consumer.oip.wire import BINARY_HEADER, binary_header_length
-from consumer.runner import CPU, CUDA, OnnxRunner
-from consumer.schema import ModelSignature, TensorSpec
-from consumer.sequence import (
+from consumer.model.runner import CPU, CUDA, OnnxRunner
+from consumer.model.sequence import (
     CPU_BUCKETS,
     BatchBuffers,
     TextEncoder,
@@ -29,6 +23,12 @@ from consumer.sequence import (
     input_ranges,
     length_buckets,
 )
+from consumer.oip.client import decode_response, encode_request, encode_request_binary
+from consumer.oip.decode import Limits, decode_request
+from consumer.oip.encode import encode_response, encode_response_binary
+from consumer.oip.wire import BINARY_HEADER, binary_header_length
+from consumer.ops.metrics import Metrics
+from consumer.schema import ModelSignature, TensorSpec
 from tests.unit.fakes import FakeSession
 
 LIMITS = Limits()

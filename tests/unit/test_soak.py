@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from producer_tools.soak import Sample, Soak
+from harness.soak import Sample, Soak
 
 LINE = re.compile(
     r"^soak: minutes=\S+ rss_growth_pct=-?[\d.]+ fds_growth=-?\d+ tasks_growth=-?\d+ "

@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from consumer.errors import ConfigError
+from consumer.ops.tracing import Tracing, from_environment, wanted
 from consumer.schema import ModelSignature
-from consumer.tracing import Tracing, from_environment, wanted
 from tests.unit.fakes import FakeClock
 from tests.unit.harness import Harness, digits_value
 

@@ -1,5 +1,5 @@
-"""Bounded unpacking (consumer/unpack.py) and the in-flight budget (consumer/budget.py), without Kafka: real record
-batches built by aiokafka's own builders, read back through its fetcher's MemoryRecords for both record
+"""Bounded unpacking (consumer/kafka/unpack.py) and the in-flight budget (consumer/budget.py), without Kafka: real
+record batches built by aiokafka's own builders, read back through its fetcher's MemoryRecords for both record
 implementations (compiled and pure Python) and every codec."""
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from prometheus_client import CollectorRegistry
 from consumer.budget import InFlight, budget_problem, memory_limit_bytes
 from consumer.errors import ConfigError, DeadLetterReason
 from consumer.intake import Intake
-from consumer.metrics import Metrics
+from consumer.kafka.unpack import BatchCorrupt, BatchTooLarge, Dropped, capped_codecs, install
 from consumer.offsets import OffsetTracker
 from consumer.oip.decode import Limits
-from consumer.schema import ModelSignature
-from consumer.sink import (
+from consumer.oip.records import (
     COMPRESSED_BYTES_HEADER,
     FIRST_OFFSET_HEADER,
     LAST_OFFSET_HEADER,
@@ -34,7 +33,8 @@ from consumer.sink import (
     VALUE_DROPPED_HEADER,
     AnswerRecords,
 )
-from consumer.unpack import BatchCorrupt, BatchTooLarge, Dropped, capped_codecs, install
+from consumer.ops.metrics import Metrics
+from consumer.schema import ModelSignature
 from consumer.work import Work
 from tests.unit.fakes import record
 
@@ -138,7 +138,7 @@ BOMB_UNDER_LIMIT = """
 import resource, sys
 sys.path.insert(0, {root!r})
 import cramjam
-from consumer.unpack import BatchTooLarge, capped_codecs
+from consumer.kafka.unpack import BatchTooLarge, capped_codecs
 chunk = b"\\0" * (64 << 20)
 data = {{}}
 c = cramjam.zstd.Compressor()

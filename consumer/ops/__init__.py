@@ -1,0 +1,1 @@
+"""Operations: metrics, health checks, logs, traces, progress."""

@@ -1,0 +1,90 @@
+"""``streaminfer-bench``'s command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.bench.data import DEFAULT_MINILM, DEFAULT_VISION, DIGITS_MODEL, ROOT
+from harness.bench.plan import Bench
+from harness.bench.report import plots, stage_line, strict_json, summary_line, table
+from harness.bench.vision import vision_line
+from harness.bench.workers import worker
+
+DESCRIPTION = "streaminfer against its ceilings (the Kafka client alone, ONNX Runtime alone) and a naive consumer."
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    p = argparse.ArgumentParser(prog="streaminfer-bench", description=DESCRIPTION)
+    sub = p.add_subparsers(dest="command")
+    w = sub.add_parser("worker", help="internal: a baseline consumer process (harness.bench.workers)")
+    w.add_argument("mode", choices=["naive", "passthrough", "decode-encode", "naive-vision"])
+    w.add_argument("--bootstrap-servers", required=True)
+    w.add_argument("--requests", required=True)
+    w.add_argument("--results", required=True)
+    w.add_argument("--model-path", type=Path, required=True)
+    w.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    p.add_argument("--out", type=Path, default=ROOT / "bench-results", help="results folder (JSON, PNG, logs)")
+    p.add_argument("--records", type=int, default=50_000, help="digits backlog, records")
+    p.add_argument("--texts", type=int, default=2_000, help="MiniLM backlog, texts")
+    p.add_argument("--minilm-dir", type=Path, default=DEFAULT_MINILM, help="models/minilm/build.py output")
+    p.add_argument("--minilm-batch", type=int, default=64, help="MiniLM max_batch_size and bare ORT batch, rows")
+    p.add_argument("--images", type=int, default=1024, help="vision backlog, records of one JPEG each")
+    p.add_argument("--vision-dir", type=Path, default=DEFAULT_VISION, help="models/efficientnet_lite0/build.py output")
+    p.add_argument("--naive-s", type=float, default=10.0, help="time box of the naive consumer, s")
+    p.add_argument(
+        "--passthrough-s", type=float, default=60.0, help="time box of the passthrough and decode-encode consumers, s"
+    )
+    p.add_argument(
+        "--rounds", type=int, default=3, help="rounds of passthrough/streaminfer/eos behind the ratios (median)"
+    )
+    p.add_argument("--open-s", type=float, default=8.0, help="duration of each open-loop run, s")
+    p.add_argument("--lone-s", type=float, default=3.0, help="duration of the lone-record run (10 rec/s), s")
+    p.add_argument("--timeout-s", type=float, default=300.0, help="longest wait for one run's results, s")
+    p.add_argument("--skip-minilm", action="store_true", help="digits only")
+    p.add_argument("--skip-digits", action="store_true", help="no digits runs (the digits ratios are then nan)")
+    p.add_argument("--skip-vision", action="store_true", help="no EfficientNet-Lite0 runs (vision_vs_ceiling nan)")
+    p.add_argument("--quick", action="store_true", help="small sizes and a short sweep (tests)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``streaminfer-bench``."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command == "worker":
+        asyncio.run(worker(args.mode, args))
+        return 0
+    if args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.quick:
+        args.records = min(args.records, 2000)
+        args.texts = min(args.texts, 200)
+        args.images = min(args.images, 256)
+        args.rounds = min(args.rounds, 2)
+        args.naive_s, args.open_s, args.lone_s = min(args.naive_s, 3.0), min(args.open_s, 2.0), min(args.lone_s, 1.0)
+    if not DIGITS_MODEL.is_file() and not args.skip_digits:
+        raise SystemExit("streaminfer-bench: digits model missing; run make model")
+    result = asyncio.run(Bench(args).run())
+    (args.out / "bench.json").write_text(json.dumps(strict_json(result), indent=2) + "\n")
+    print(table(result["runs"]))
+    for run in result["runs"]:
+        if run["extra"].get("stage_us") and run["extra"].get("default"):
+            print(stage_line(run))
+    for path in plots(result, args.out):
+        print(f"wrote {path}")
+    print(f"wrote {args.out / 'bench.json'}")
+    for pair, values in result["rounds"].items():
+        print(f"rounds {pair}: " + " ".join(f"{v:.2f}" for v in values) + " (the ratio is their median)")
+    line = vision_line(result["runs"])
+    if line is not None:
+        print(line)
+    print(summary_line(result["ratios"]))
+    return 0

@@ -1,0 +1,553 @@
+"""The benchmark's plan: every mode, on one broker, in one run (see :mod:`harness.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import platform
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from tqdm import tqdm
+
+from consumer.oip.client import encode_request, encode_request_binary
+from consumer.oip.wire import BINARY_HEADER
+from harness.bench.data import (
+    DIGITS_MODEL,
+    corpus,
+    digits_backlog,
+    digits_rows,
+    sorted_batches,
+    text_backlog,
+)
+from harness.bench.measure import (
+    Run,
+    Sampler,
+    last_result_s,
+    latency_pcts,
+    mean_batch,
+    new_topics,
+    read_results,
+    results_topic,
+    scrape,
+    start_streaminfer,
+    start_worker,
+    stop,
+    throughput,
+)
+from harness.bench.vision import backlog as vision_backlog
+from harness.bench.vision import ceilings, model_paths, vision, vision_ratio
+from producer_tools.produce import send_all
+from producer_tools.topics import ensure_topics
+
+#: (max_batch_size, max_batch_delay_ms) swept for digits; the consumer's defaults are (64, 5).
+SWEEP = ((1, 5.0), (8, 5.0), (32, 5.0), (64, 5.0), (256, 5.0), (64, 1.0), (64, 20.0))
+DEFAULT_SETTING = (64, 5.0)
+LOADS = (0.25, 0.50, 0.75)
+#: Each sweep setting's latency is measured at this share of the passthrough throughput (the same rate for all).
+SWEEP_LOAD = 0.2
+#: Bare ONNX Runtime repeats its batches for at least this long, s (a digits pass takes milliseconds).
+BARE_MIN_S = 1.0
+#: Padded tokens per batch (rows x longest) of one of the MiniLM ceiling's batchings.
+CEILING_TOKENS = 1024
+#: The last line's keys, in order.
+RATIOS = ("digits_vs_passthrough", "digits_vs_naive", "minilm_vs_bare_ort", "digits_eos_vs_alo", "vision_vs_ceiling")
+#: The setting column of the baseline workers.
+WORKER_SETTINGS = {
+    "passthrough": "client only",
+    "decode-encode": "codec, no model",
+    "naive": "batch 1",
+    "naive-vision": "PIL, batch 1",
+}
+
+
+class Bench:
+    """Runs every mode and keeps the :class:`Run` rows."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.bootstrap: str = args.bootstrap_servers
+        self.out: Path = args.out
+        self.runs: list[Run] = []
+        self.tag = uuid.uuid4().hex[:6]
+        self.bar: tqdm[Any] | None = None
+        self._dlq: str | None = None
+
+    def step(self, what: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description(what)
+            self.bar.update(1)
+
+    def log(self, name: str) -> Path:
+        return self.out / "logs" / (re.sub(r"[^A-Za-z0-9._-]", "-", name) + ".log")
+
+    async def dead_letter_topic(self) -> str:
+        """The closed-loop runs' dead-letter topic, created on first use (the broker creates no topic itself)."""
+        if self._dlq is None:
+            self._dlq = f"bench-{self.tag}.dlq"
+            await ensure_topics(self.bootstrap, {self._dlq: 1})
+        return self._dlq
+
+    # -- closed loop
+    async def closed_streaminfer(
+        self,
+        model_name: str,
+        model: Path,
+        topics_backlog: str,
+        n: int,
+        setting: str,
+        mode: str = "streaminfer",
+        **settings: Any,
+    ) -> Run:
+        eos = settings.get("delivery") == "exactly_once"
+        topics = {
+            "requests": topics_backlog,
+            "results": await results_topic(self.bootstrap, f"{self.tag}-{model_name}-{setting}-{uuid.uuid4().hex[:4]}"),
+            "dlq": await self.dead_letter_topic(),
+        }
+        log = self.log(f"{model_name}-{mode}-{setting}")
+        child = start_streaminfer(self.bootstrap, topics, model, log, **settings)
+        sampler = Sampler(child.proc.pid).start()
+        try:
+            stamps = await read_results(
+                self.bootstrap,
+                topics["results"],
+                n,
+                timeout_s=self.args.timeout_s,
+                isolation_level="read_committed" if eos else "read_uncommitted",
+            )
+            assert child.port is not None
+            scraped = scrape(child.port)
+        finally:
+            sampler.stop()
+            stop(child)
+        run = Run(
+            model_name,
+            mode,
+            setting,
+            len(stamps),
+            throughput(stamps),
+            cpu_pct=sampler.cpu_pct(last_result_s(stamps)),
+            peak_rss_mib=sampler.peak_rss_mib,
+            batch_rows=scraped.batch_rows,
+        )
+        run.extra["mean_batch_rows"] = mean_batch(scraped.batch_rows)
+        run.extra["mean_padding_ratio"] = scraped.padding_ratio
+        run.extra["stage_us"] = scraped.stage_us_per_record()
+        return run
+
+    async def closed_worker(
+        self, mode: str, model: Path, backlog: str, n: int, seconds: float, model_name: str = "digits"
+    ) -> Run:
+        topics = {
+            "requests": backlog,
+            "results": await results_topic(self.bootstrap, f"{self.tag}-{mode}-{uuid.uuid4().hex[:4]}"),
+        }
+        child = start_worker(mode, self.bootstrap, topics, model, self.log(mode), seconds)
+        sampler = Sampler(child.proc.pid).start()
+        try:
+            stamps = await read_results(
+                self.bootstrap, topics["results"], n, seconds + 30, done=lambda: child.proc.poll() is not None
+            )
+        finally:
+            sampler.stop()
+            stop(child)
+        return Run(
+            model_name,
+            mode,
+            WORKER_SETTINGS[mode],
+            len(stamps),
+            throughput(stamps),
+            cpu_pct=sampler.cpu_pct(last_result_s(stamps)),
+            peak_rss_mib=sampler.peak_rss_mib,
+        )
+
+    # -- open loop
+    async def open_loop(
+        self,
+        model: Path,
+        rate: float,
+        seconds: float,
+        setting: str,
+        lone: bool = False,
+        client_only: bool = False,
+        **settings: Any,
+    ) -> Run:
+        """``seconds`` of requests at ``rate`` records/s (``lone``: each sent alone, unbatched) through streaminfer,
+        or through the client-only passthrough worker (``client_only``: the Kafka round trip's own latency)."""
+        topics = await new_topics(self.bootstrap, f"{self.tag}-open-{uuid.uuid4().hex[:4]}")
+        log = self.log(f"open-{setting}")
+        if client_only:
+            child = start_worker("passthrough", self.bootstrap, topics, model, log, seconds + self.args.timeout_s)
+        else:
+            child = start_streaminfer(self.bootstrap, topics, model, log, **settings)
+        n = int(rate * seconds)
+        records = digits_backlog(f"open-{uuid.uuid4().hex[:4]}", n)
+        sampler = Sampler(child.proc.pid).start()
+        try:
+            if lone:
+                for rec in records:  # one at a time, the producer without linger: each waits for nothing else
+                    await send_all(self.bootstrap, topics["requests"], [rec], progress=False, linger_ms=0)
+                    await asyncio.sleep(1.0 / rate)
+            else:
+                await send_all(self.bootstrap, topics["requests"], records, rate=rate, progress=False)
+            stamps = await read_results(self.bootstrap, topics["results"], n, timeout_s=self.args.timeout_s)
+        finally:
+            sampler.stop()
+            stop(child)
+        p50, p95, p99 = latency_pcts(stamps)
+        return Run(
+            "digits",
+            "lone" if lone else "open-loop",
+            setting,
+            len(stamps),
+            rate,
+            p50,
+            p95,
+            p99,
+            sampler.cpu_pct(last_result_s(stamps)),
+            sampler.peak_rss_mib,
+        )
+
+    # -- bare ONNX Runtime
+    def bare_ort(
+        self,
+        model_name: str,
+        model: Path,
+        batches: Sequence[dict[str, np.ndarray]],
+        setting: str,
+        level: Literal["disable", "basic", "extended", "all"] = "all",
+        threads: int = 0,
+    ) -> Run:
+        import psutil
+
+        from consumer.model.runner import OnnxRunner
+
+        runner = OnnxRunner.load(
+            model, execution_provider="cpu", graph_optimization_level=level, intra_op_threads=threads
+        )
+        session = runner.session  # bare: session.run alone, none of the runner's checks
+        for feeds in batches[:3]:
+            session.run(None, feeds)
+        proc = psutil.Process()
+        cpu0 = sum(proc.cpu_times()[:2])
+        started = time.perf_counter()
+        rows = runs = 0
+        while runs < len(batches) or time.perf_counter() - started < BARE_MIN_S:  # whole passes, >= 1 s
+            for feeds in batches:
+                session.run(None, feeds)
+                rows += next(iter(feeds.values())).shape[0]
+            runs += len(batches)
+        wall = time.perf_counter() - started
+        cpu = 100.0 * (sum(proc.cpu_times()[:2]) - cpu0) / wall
+        return Run(
+            model_name,
+            "bare-ort",
+            setting,
+            rows,
+            rows / wall,
+            cpu_pct=cpu,
+            peak_rss_mib=proc.memory_info().rss / 2**20,
+            extra={"batch_ms": 1000 * wall / runs},
+        )
+
+    # -- decode cost, JSON against the binary data extension
+    def decode_costs(self) -> None:
+        """Records/s of the consumer's decoder alone (``decode_chunk`` over chunks of 200 records) for digits
+        requests of 1 and 64 rows, JSON and binary."""
+        from consumer.model.runner import OnnxRunner
+        from consumer.oip.chunk import decode_chunk
+        from consumer.oip.decode import Limits
+
+        signature = OnnxRunner.load(DIGITS_MODEL, execution_provider="cpu").signature
+        x = digits_rows()
+        for rows in (1, 64):
+            for binary in (False, True):
+                outgoing = []
+                for i in range(200):
+                    start = (i * rows) % (len(x) - rows)
+                    if binary:
+                        value, n = encode_request_binary(None, {"input": x[start : start + rows]}, binary_output=False)
+                        outgoing.append((value, [(BINARY_HEADER, str(n).encode())]))
+                    else:
+                        outgoing.append((encode_request(None, {"input": x[start : start + rows]}), []))
+                values = [value for value, _ in outgoing]
+                headers = [h for _, h in outgoing]
+                count = 0
+                started = time.perf_counter()
+                while time.perf_counter() - started < 0.5:
+                    decode_chunk(values, headers, signature, Limits())
+                    count += len(outgoing)
+                rps = count / (time.perf_counter() - started)
+                run = Run("digits", "decode", f"{rows} rows {'binary' if binary else 'JSON'}", count, rps)
+                run.extra["bytes"] = len(outgoing[0][0])
+                self.runs.append(run)
+
+    # -- the plan
+    async def digits(self) -> None:
+        a = self.args
+        n = a.records
+        backlog = (await new_topics(self.bootstrap, f"{self.tag}-digits"))["requests"]
+        await send_all(self.bootstrap, backlog, digits_backlog("d", n), progress=False)
+        binary_backlog = (await new_topics(self.bootstrap, f"{self.tag}-digits-bin"))["requests"]
+        await send_all(self.bootstrap, binary_backlog, digits_backlog("b", n, binary=True), progress=False)
+        self.step("digits: backlog")
+
+        x = digits_rows()
+        rows = np.resize(x, (n, 64))
+        size = DEFAULT_SETTING[0]
+        self.runs.append(
+            self.bare_ort("digits", DIGITS_MODEL, [{"input": rows[i : i + size]} for i in range(0, n, size)], "b64")
+        )
+        lone_compute_ms = self.bare_ort("digits", DIGITS_MODEL, [{"input": rows[i : i + 1]} for i in range(500)], "b1")
+        self.runs.append(lone_compute_ms)
+        self.decode_costs()
+        self.step("digits: bare ORT")
+        self.runs.append(await self.closed_worker("passthrough", DIGITS_MODEL, backlog, n, a.passthrough_s))
+        self.step("digits: passthrough")
+        self.runs.append(await self.closed_worker("decode-encode", DIGITS_MODEL, backlog, n, a.passthrough_s))
+        self.step("digits: decode-encode")
+        self.runs.append(await self.closed_worker("naive", DIGITS_MODEL, backlog, n, a.naive_s))
+        self.step("digits: naive")
+        passthrough = self.find("digits", "passthrough")
+        assert passthrough is not None
+        fixed_rate = SWEEP_LOAD * passthrough.throughput_rps
+        for b, d in self.sweep:
+            setting = f"b{b}/d{d:g}ms"
+            run = await self.closed_streaminfer(
+                "digits", DIGITS_MODEL, backlog, n, setting, max_batch_size=b, max_batch_delay_ms=d
+            )
+            run.extra["default"] = (b, d) == DEFAULT_SETTING
+            # Latency of this setting at one offered load for all settings (a share of the I/O ceiling).
+            timed = await self.open_loop(
+                DIGITS_MODEL, fixed_rate, a.open_s, setting, max_batch_size=b, max_batch_delay_ms=d
+            )
+            run.p50_ms, run.p95_ms, run.p99_ms = timed.p50_ms, timed.p95_ms, timed.p99_ms
+            run.extra["latency_at_rps"] = fixed_rate
+            self.runs.append(run)
+            self.step(f"digits: streaminfer {setting}")
+        binary = await self.closed_streaminfer("digits", DIGITS_MODEL, binary_backlog, n, "b64/d5ms")
+        binary.mode = "streaminfer-binary"
+        self.runs.append(binary)
+        self.step("digits: streaminfer binary")
+        eos = await self.closed_streaminfer(
+            "digits",
+            DIGITS_MODEL,
+            backlog,
+            n,
+            "b64/d5ms",
+            mode="streaminfer-eos",
+            delivery="exactly_once",
+            transactional_id_prefix=f"bench-{self.tag}",
+        )
+        self.runs.append(eos)
+        self.step("digits: streaminfer exactly_once")
+        await self.repeats(backlog, n)
+        best = self.streaminfer_default("digits").throughput_rps
+        for load in LOADS:
+            run = await self.open_loop(DIGITS_MODEL, best * load, a.open_s, f"{int(load * 100)}% of max")
+            self.runs.append(run)
+            self.step(f"digits: open loop {int(load * 100)}%")
+        lone = await self.open_loop(DIGITS_MODEL, 10.0, a.lone_s, "1 at a time", lone=True)
+        lone.extra["target_ms"] = DEFAULT_SETTING[1] + lone_compute_ms.extra["batch_ms"] + 5.0
+        self.runs.append(lone)
+        # The floor under it: the same lone records through the Kafka client alone (no batch delay, no model).
+        self.runs.append(await self.open_loop(DIGITS_MODEL, 10.0, a.lone_s, "client only", lone=True, client_only=True))
+        self.step("digits: lone record")
+
+    async def repeats(self, backlog: str, n: int) -> None:
+        """Rounds 2.. of the ratios' three runs (passthrough, streaminfer and streaminfer-eos at default settings),
+        back to back and in a rotated order, so a ratio compares runs made under the same machine conditions (a
+        shared VM's speed drifts over minutes); the ratios are the medians over the rounds."""
+        b, d = DEFAULT_SETTING
+        for i in range(1, self.args.rounds):
+            order = ["passthrough", "streaminfer", "streaminfer-eos"]
+            order = order[i % 3 :] + order[: i % 3]
+            for mode in order:
+                if mode == "passthrough":
+                    run = await self.closed_worker(mode, DIGITS_MODEL, backlog, n, self.args.passthrough_s)
+                else:
+                    eos = {"delivery": "exactly_once", "transactional_id_prefix": f"bench-{self.tag}-{i}"}
+                    run = await self.closed_streaminfer(
+                        "digits", DIGITS_MODEL, backlog, n, f"b{b}/d{d:g}ms", mode, **(eos if "eos" in mode else {})
+                    )
+                run.setting = f"{run.setting}, round {i + 1}"
+                run.extra["round"] = i + 1
+                self.runs.append(run)
+            self.step(f"digits: round {i + 1}")
+
+    def rounds(self, model: str, mode: str) -> list[Run]:
+        """The default-setting runs of ``mode`` on ``model``, round 1 first (bare-ort: round 1 is the fastest of
+        its batchings, the ceiling)."""
+        if mode == "streaminfer":
+            first = self.default_run(model)
+        elif mode == "bare-ort":
+            first = self.ceiling(model)
+        else:
+            first = self.find(model, mode)
+        rest = [r for r in self.runs if r.model == model and r.mode == mode and r.extra.get("round")]
+        return ([first] if first is not None else []) + rest
+
+    def round_ratios(self, top: str, bottom: str, model: str = "digits") -> list[float]:
+        """``top``'s throughput / ``bottom``'s on ``model``, round by round (complete rounds only)."""
+        pairs = zip(self.rounds(model, top), self.rounds(model, bottom), strict=False)
+        return [a.throughput_rps / b.throughput_rps for a, b in pairs if b.throughput_rps > 0]
+
+    def paired(self, top: str, bottom: str, model: str = "digits") -> float:
+        """Median of :meth:`round_ratios` (nan without a complete round)."""
+        ratios = self.round_ratios(top, bottom, model)
+        return float(np.median(ratios)) if ratios else math.nan
+
+    def ceiling(self, model: str) -> Run | None:
+        """The fastest round-1 bare ORT batching of ``model``, if any ran."""
+        bare = [r for r in self.runs if r.model == model and r.mode == "bare-ort" and not r.extra.get("round")]
+        return max(bare, key=lambda r: r.throughput_rps) if bare else None
+
+    async def minilm_backlog(self) -> dict[str, str]:
+        """Topics holding the MiniLM backlog. Written before the digits runs: a consumer started within seconds of
+        a large produce runs slower (about 20 % on MiniLM here, while the broker's fresh log is written back), so
+        the backlog must have settled before it is read."""
+        model = self.args.minilm_dir / "minilm.onnx"
+        if not model.is_file() or not (self.args.minilm_dir / "tokenizer.json").is_file():
+            raise SystemExit(
+                f"streaminfer-bench: no MiniLM in {self.args.minilm_dir}; run python models/minilm/build.py"
+            )
+        topics = await new_topics(self.bootstrap, f"{self.tag}-minilm")
+        await send_all(self.bootstrap, topics["requests"], text_backlog("m", corpus(self.args.texts)), progress=False)
+        return topics
+
+    async def minilm(self, topics: dict[str, str]) -> None:
+        from consumer.model.runner import OnnxRunner
+
+        a = self.args
+        model = a.minilm_dir / "minilm.onnx"
+        tokenizer = a.minilm_dir / "tokenizer.json"
+        texts = corpus(a.texts)
+        size = a.minilm_batch
+        runner = OnnxRunner.load(model, execution_provider="cpu")
+        batches, mean_tokens = sorted_batches(runner, tokenizer, texts, size)
+        # On CPU smaller batches of padded text can be faster than full ones: the ceiling is the best of a few.
+        candidates = [(f"b{size} sorted", batches)]
+        for rows, tokens in ((max(1, size // 2), None), (size, CEILING_TOKENS)):
+            other, _ = sorted_batches(runner, tokenizer, texts, rows, tokens)
+            candidates.append((f"b{rows} sorted" + (f" <={tokens} tok" if tokens else ""), other))
+        for label, candidate in candidates:
+            bare = self.bare_ort("minilm", model, candidate, label)
+            if candidate is batches:
+                bare.extra["mean_tokens"] = mean_tokens
+            self.runs.append(bare)
+        # The session options streaminfer exposes, on a share of the same batches (does a non-default win?).
+        share = batches[: max(2, len(batches) // 4)]
+        options: tuple[tuple[Literal["basic", "extended", "all"], int], ...] = (
+            ("all", 0),
+            ("basic", 0),
+            ("extended", 0),
+            ("all", 1),
+        )
+        for level, threads in options:
+            run = self.bare_ort("minilm", model, share, f"{level}/threads {threads or 'auto'}", level, threads)
+            run.mode = "bare-ort-options"
+            self.runs.append(run)
+        self.step("minilm: bare ORT")
+        settings = {"tokenizer_path": tokenizer, "max_batch_size": size}
+        run = await self.closed_streaminfer(
+            "minilm", model, topics["requests"], len(texts), f"b{size}/d5ms text", **settings
+        )
+        run.extra["default"] = True
+        self.runs.append(run)
+        self.step("minilm: streaminfer")
+        # Rounds 2..: the round-1 ceiling's batching and streaminfer again, back to back in a rotated order.
+        best = self.ceiling("minilm")
+        assert best is not None
+        chosen = dict(candidates)[best.setting]
+        for i in range(1, a.rounds):
+            for mode in ("bare-ort", "streaminfer")[:: 1 if i % 2 else -1]:
+                if mode == "bare-ort":
+                    again = self.bare_ort("minilm", model, chosen, best.setting)
+                else:
+                    again = await self.closed_streaminfer(
+                        "minilm", model, topics["requests"], len(texts), f"b{size}/d5ms text", **settings
+                    )
+                again.setting = f"{again.setting}, round {i + 1}"
+                again.extra["round"] = i + 1
+                self.runs.append(again)
+            self.step(f"minilm: round {i + 1}")
+
+    @property
+    def sweep(self) -> tuple[tuple[int, float], ...]:
+        return SWEEP if not self.args.quick else ((8, 5.0), DEFAULT_SETTING)
+
+    def default_run(self, model: str) -> Run | None:
+        """``model``'s streaminfer run at default settings (round 1), if it ran."""
+        return next(
+            (r for r in self.runs if r.model == model and r.mode == "streaminfer" and r.extra.get("default")), None
+        )
+
+    def streaminfer_default(self, model: str) -> Run:
+        run = self.default_run(model)
+        assert run is not None, f"no default streaminfer run of {model}"
+        return run
+
+    def find(self, model: str, mode: str) -> Run | None:
+        return next((r for r in self.runs if r.model == model and r.mode == mode and not r.extra.get("round")), None)
+
+    def ratios(self) -> dict[str, float]:
+        out = dict.fromkeys(RATIOS, math.nan)
+        passthrough = self.find("digits", "passthrough")
+        naive = self.find("digits", "naive")
+        if passthrough is not None and naive is not None:
+            out["digits_vs_passthrough"] = self.paired("streaminfer", "passthrough")
+            out["digits_vs_naive"] = self.streaminfer_default("digits").throughput_rps / naive.throughput_rps
+        if self.find("digits", "streaminfer-eos") is not None:
+            out["digits_eos_vs_alo"] = self.paired("streaminfer-eos", "streaminfer")
+        if self.ceiling("minilm") is not None:  # the fastest batching is the ceiling
+            out["minilm_vs_bare_ort"] = self.paired("streaminfer", "bare-ort", "minilm")
+        out["vision_vs_ceiling"] = vision_ratio(self.runs)
+        return out
+
+    async def run(self) -> dict[str, Any]:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "logs").mkdir(exist_ok=True)
+        steps = (
+            (0 if self.args.skip_digits else 8 + len(self.sweep) + len(LOADS) + self.args.rounds - 1)
+            + (0 if self.args.skip_minilm else 1 + self.args.rounds)
+            + (0 if self.args.skip_vision else 2 + self.args.rounds)
+        )
+        with tqdm(
+            total=steps, desc="bench", unit="step", disable=True if self.args.no_progress else None
+        ) as bar:  # None: only on a TTY
+            self.bar = bar
+            if not self.args.skip_vision:
+                model_paths(self.args.vision_dir)  # missing models stop the run before anything is measured
+            minilm = None if self.args.skip_minilm else await self.minilm_backlog()
+            images = None if self.args.skip_vision else await vision_backlog(self)
+            if not self.args.skip_digits:
+                await self.digits()
+            if minilm is not None:
+                await self.minilm(minilm)
+            if images is not None:
+                await vision(self, images)
+        return {
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            "records": self.args.records,
+            "runs": [asdict(r) for r in self.runs],
+            "ratios": self.ratios(),
+            "rounds": {
+                f"{top}/{bottom}": self.round_ratios(top, bottom)
+                for top, bottom in (("streaminfer", "passthrough"), ("streaminfer-eos", "streaminfer"))
+            }
+            | {"minilm streaminfer/bare-ort": self.round_ratios("streaminfer", "bare-ort", "minilm")}
+            | {
+                "vision streaminfer/ceiling": [
+                    s.throughput_rps / min(d.throughput_rps, b.throughput_rps) for d, b, s in ceilings(self.runs)
+                ]
+            },
+        }
