@@ -26,7 +26,7 @@ from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError
 from consumer.kafka.security import secret_values
 from consumer.model.runner import CUDA, TENSORRT, OnnxRunner, describe, warmup_plan
-from consumer.ops.health import Probes, serve
+from consumer.ops.health import HealthChecks, serve
 from consumer.ops.logs import setup_logging
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing, from_environment
@@ -38,14 +38,14 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_MODEL, EXIT_KAFKA = 0, 1, 2, 3, 4
 GC_YOUNG_THRESHOLD = 10_000
 
 
-async def serve_until_signal(app: StreamInferApp, probes: Probes) -> int:
+async def serve_until_signal(app: StreamInferApp, checks: HealthChecks) -> int:
     """Run the consumer until SIGTERM/SIGINT; returns the exit code."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    probes.loop = loop
-    probes.app = app
+    checks.loop = loop
+    checks.app = app
     try:
         return await app.run(stop)
     except KafkaError as exc:
@@ -79,16 +79,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     limiter = setup_logging(settings.log_level, settings.log_json, secrets)
     metrics = Metrics(CollectorRegistry(auto_describe=True))
-    probes = Probes(ready_gauge=metrics.ready)
+    checks = HealthChecks(ready_gauge=metrics.ready)
     httpd = None
     if settings.http_port:
         try:
-            httpd = serve(settings.http_host, settings.http_port, metrics.registry, probes.healthz, probes.readyz)
+            httpd = serve(settings.http_host, settings.http_port, metrics.registry, checks.healthz, checks.readyz)
         except OSError as exc:
             log.error("http_port %s: cannot listen on %s: %s", settings.http_port, settings.http_host, exc)
             return EXIT_CONFIG
     try:
-        return _load_and_serve(settings, metrics, probes, lambda: limiter.held_total, tracing)
+        return _load_and_serve(settings, metrics, checks, lambda: limiter.held_total, tracing)
     finally:
         if httpd is not None:
             httpd.shutdown()
@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _load_and_serve(
     settings: Settings,
     metrics: Metrics,
-    probes: Probes,
+    checks: HealthChecks,
     held_client_logs: Callable[[], int],
     tracing: Tracing | None,
 ) -> int:
@@ -127,11 +127,11 @@ def _load_and_serve(
     on_gpu = runner.provider in (CUDA, TENSORRT)
     if on_gpu and not metrics.track_gpu_memory(runner.device_id):
         log.warning("CUDA is active but NVML is not available: streaminfer_gpu_memory_used_bytes is not exported")
-    probes.provider_ok = on_gpu or not settings.require_gpu
-    probes.warm = True
+    checks.provider_ok = on_gpu or not settings.require_gpu
+    checks.warm = True
     app = StreamInferApp(settings, runner, metrics, held_client_logs=held_client_logs, tracing=tracing)
     settle_garbage_collector()
-    return asyncio.run(serve_until_signal(app, probes))
+    return asyncio.run(serve_until_signal(app, checks))
 
 
 def settle_garbage_collector() -> None:

@@ -2,7 +2,7 @@
 
 - **Assemble**: fixed-shape requests decoded from one chunk are rows of one array, so a batch of consecutive
   ones is fed as a slice of it (no copy); other batches are copied into the pipeline slot's preallocated buffers,
-  sequence models padded to the batch's longest row (:class:`~consumer.model.sequence.BatchBuffers`).
+  sequence models padded to the batch's longest row (:class:`~consumer.model.buffers.BatchBuffers`).
 - **Infer**: ``OnnxRunner.run`` in the dedicated inference thread, off the event loop (on the loop for a model
   whose largest batch computes in under a millisecond, :data:`INLINE_BELOW_S`); it checks every output's first
   dimension against the batch's rows. A batch whose failure is transient (out of memory) runs again after a
@@ -28,16 +28,16 @@ from typing import Any
 import numpy as np
 
 from consumer.errors import DeadLetterReason, InferenceError
+from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import CPU, OnnxRunner, non_finite_outputs, split
-from consumer.model.sequence import CPU_BUCKETS, GPU_BUCKETS, BatchBuffers, bucket, length_buckets
-from consumer.oip.decode import DecodedRequest
+from consumer.model.sequence import CPU_BUCKETS, GPU_BUCKETS, bucket, length_buckets
 from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
 from consumer.oip.proto import response as proto_response
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing
 from consumer.schema import floating
 from consumer.timeouts import Backoff
-from consumer.work import Work, loggable
+from consumer.work import DecodedRequest, Work, loggable
 
 log = logging.getLogger(__name__)
 

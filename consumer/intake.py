@@ -25,11 +25,10 @@ from consumer.model.sequence import TextEncoder
 from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
 from consumer.oip.chunk import decode_chunk
-from consumer.oip.decode import DecodedRequest, Limits
 from consumer.oip.wire import correlation_id
 from consumer.ops.metrics import Metrics
 from consumer.schema import ModelSignature
-from consumer.work import UndecodableRecord, Work
+from consumer.work import DecodedRequest, Limits, UndecodableRecord, Work
 
 
 class Intake:

@@ -39,13 +39,13 @@ from consumer.delivery.at_least_once import PIPELINE_DEPTH
 from consumer.errors import ModelError
 from consumer.inference import BatchRunner
 from consumer.intake import Intake
+from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner, warmup_plan
-from consumer.model.sequence import BatchBuffers, TextEncoder
+from consumer.model.sequence import TextEncoder
 from consumer.offsets import OffsetTracker
 from consumer.oip.client import encode_request
-from consumer.oip.decode import Limits
 from consumer.ops.metrics import Metrics
-from consumer.work import Work
+from consumer.work import Limits, Work
 from harness.bench import corpus, sorted_batches
 
 #: Records decoded at once, as one fetched chunk.

@@ -31,7 +31,7 @@ from consumer.budget import InFlight
 from consumer.delivery.committer import Committer
 from consumer.delivery.publisher import Publisher
 from consumer.delivery.stages import Stages, backoff, wait_until
-from consumer.model.sequence import BatchBuffers
+from consumer.model.buffers import BatchBuffers
 from consumer.work import Work
 
 log = logging.getLogger(__name__)

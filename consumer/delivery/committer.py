@@ -17,8 +17,8 @@ from aiokafka.errors import KafkaError
 
 from consumer.kafka.clients import ConsumerClient
 from consumer.offsets import OffsetTracker
-from consumer.ops.health import Progress
 from consumer.ops.metrics import Metrics
+from consumer.ops.progress import Progress
 
 log = logging.getLogger(__name__)
 

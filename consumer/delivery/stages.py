@@ -21,13 +21,12 @@ from consumer.model.runner import OnnxRunner
 from consumer.model.sequence import TextEncoder
 from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
-from consumer.oip.decode import Limits
 from consumer.oip.records import AnswerRecords
-from consumer.ops.health import Progress
 from consumer.ops.metrics import Metrics
+from consumer.ops.progress import Progress
 from consumer.ops.tracing import Tracing
 from consumer.timeouts import Backoff, within
-from consumer.work import Work
+from consumer.work import Limits, Work
 
 log = logging.getLogger(__name__)
 

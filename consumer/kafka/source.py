@@ -26,8 +26,8 @@ from aiokafka import ConsumerRebalanceListener, TopicPartition
 from consumer.errors import TopicMissingError
 from consumer.kafka.clients import ConsumerClient
 from consumer.offsets import OffsetTracker
-from consumer.ops.health import Progress
 from consumer.ops.metrics import Metrics
+from consumer.ops.progress import Progress
 from consumer.work import UndecodableRecord
 
 log = logging.getLogger(__name__)

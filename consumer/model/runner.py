@@ -32,8 +32,9 @@ from consumer.model.compat import (
 from consumer.model.probe import graph_constants, probe, rows_from
 from consumer.model.sequence import GPU_BUCKETS, detect, input_ranges, length_buckets
 from consumer.model.vision import preprocessing
-from consumer.oip.decode import Limits, decode_request
+from consumer.oip.decode import decode_request
 from consumer.schema import ModelSignature, floating
+from consumer.work import Limits
 
 if TYPE_CHECKING:
     from consumer.config import Settings

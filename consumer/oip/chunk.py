@@ -28,11 +28,12 @@ import numpy as np
 import orjson
 
 from consumer.errors import RecordError, ValidationError
-from consumer.oip.decode import DecodedRequest, Limits, decode_one, requested_outputs
+from consumer.oip.decode import decode_one, requested_outputs
 from consumer.oip.proto import CONTENT_TYPE_HEADER, SELDON_TYPE_HEADER, is_protobuf
 from consumer.oip.validate import check_declaration, check_ranges, check_values
 from consumer.oip.wire import BINARY_HEADER, Headers, binary_header_length
 from consumer.schema import ModelSignature, TensorSpec
+from consumer.work import DecodedRequest, Limits
 
 if TYPE_CHECKING:
     from consumer.model.sequence import TextEncoder

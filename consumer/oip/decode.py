@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +50,7 @@ from consumer.oip.validate import (
 )
 from consumer.oip.wire import BINARY_HEADER, Headers, binary_header_length
 from consumer.schema import ModelSignature, TensorSpec
+from consumer.work import DecodedRequest, Limits
 
 if TYPE_CHECKING:
     from consumer.model.sequence import TextEncoder
@@ -58,106 +58,6 @@ if TYPE_CHECKING:
 
 #: The attention mask input of a sequence model (Hugging Face name).
 MASK = "attention_mask"
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Per-record size limits, checked before parsing (bytes) and before allocating tensors (rows).
-
-    Attributes:
-        max_record_bytes: largest accepted record value, bytes.
-        max_record_rows: largest accepted ``shape[0]``, rows.
-        max_record_tokens: sequence models: largest accepted rows x length, tokens (a record is never split, so
-            one above the batch budget runs alone at its size, and attention memory grows with rows x length^2).
-    """
-
-    max_record_bytes: int = 1_048_576
-    max_record_rows: int = 1024
-    max_record_tokens: int = 8192
-
-
-ShapeKey = tuple[tuple[str, tuple[int, ...]], ...]
-
-
-class DecodedRequest:
-    """A validated request, ready to batch.
-
-    Attributes:
-        id: the request's ``id`` or None.
-        inputs: model input name -> array already cast to the model's dtype, shape ``[rows, ...]``.
-        rows: ``shape[0]`` shared by all inputs.
-        outputs: requested output names, or None for all outputs.
-        length: sequence models: the request's token length (axis 1); 0 otherwise.
-        binary_output: answer in the binary data extension (``parameters.binary_data_output``).
-        block: decoded by :func:`decode_chunk`: the arrays of every record of the chunk that declared the same
-            inputs, rows one after another (``inputs`` are then views of them, made on first use); None otherwise.
-        start: the first row of this request in ``block``.
-        protobuf: the record was a protobuf ``ModelInferRequest`` (:mod:`consumer.oip.proto`).
-        pending: image models: the request's images, not yet decoded (encoded bytes or ``[H, W, 3]`` uint8), until
-            :meth:`consumer.model.vision.ImageEncoder.finish` calls :meth:`complete`; None otherwise.
-    """
-
-    __slots__ = (
-        "_inputs",
-        "_shape_key",
-        "binary_output",
-        "block",
-        "id",
-        "length",
-        "outputs",
-        "pending",
-        "protobuf",
-        "rows",
-        "start",
-    )
-
-    def __init__(
-        self,
-        id: str | None,
-        inputs: dict[str, np.ndarray] | None,
-        rows: int,
-        outputs: tuple[str, ...] | None,
-        length: int = 0,
-        binary_output: bool = False,
-        block: Mapping[str, np.ndarray] | None = None,
-        start: int = 0,
-        shape_key: ShapeKey | None = None,
-    ) -> None:
-        self.id = id
-        self._inputs = inputs
-        self.rows = rows
-        self.outputs = outputs
-        self.length = length
-        self.binary_output = binary_output
-        self.block = block
-        self.start = start
-        self._shape_key = shape_key
-        self.protobuf = False  # a ModelInferRequest: answered with a ModelInferResponse (consumer.oip.proto)
-        self.pending: list[Any] | None = None
-
-    def complete(self, inputs: dict[str, np.ndarray]) -> None:
-        """Image models: the preprocessed inputs ``[rows, ...]`` of a pending request."""
-        self._inputs = inputs
-        self.pending = None
-
-    @property
-    def inputs(self) -> dict[str, np.ndarray]:
-        """Model input name -> array ``[rows, ...]`` of the model's dtype."""
-        if self._inputs is None:
-            assert self.block is not None
-            start, end = self.start, self.start + self.rows
-            self._inputs = {name: arr[start:end] for name, arr in self.block.items()}
-        return self._inputs
-
-    @property
-    def shape_key(self) -> ShapeKey:
-        """Non-batch shape of every input: requests are only stacked with requests of the same key."""
-        if self._shape_key is None:
-            self._shape_key = tuple((name, arr.shape[1:]) for name, arr in sorted(self.inputs.items()))
-        return self._shape_key
-
-    def __repr__(self) -> str:
-        return f"DecodedRequest(id={self.id!r}, rows={self.rows}, shape_key={self.shape_key})"
 
 
 def decode_request(

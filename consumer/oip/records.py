@@ -44,6 +44,7 @@ from consumer.errors import DeadLetterReason, RecordError
 from consumer.kafka.unpack import Dropped
 from consumer.oip.proto import answer_headers
 from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
+from consumer.ops.tracing import TRACE_CONTEXT_HEADERS
 from consumer.work import RecordLike, Work
 
 Headers = list[tuple[str, bytes | None]]
@@ -75,9 +76,6 @@ _OCTET_STREAM = ("content-type", b"application/octet-stream")
 MAX_MESSAGE_CHARS = 1000
 #: In a reduced dead letter (the full one is too large to produce), each header value is cut to this, bytes.
 MAX_REDUCED_HEADER_BYTES = 1024
-#: W3C Trace Context (``traceparent``, ``tracestate``) and W3C Baggage headers: copied from a request to its result,
-#: in their order, so a trace continues across the topic (a dead letter keeps every request header anyway).
-TRACE_CONTEXT_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
 
 
 def dropped_headers(dropped: Dropped) -> Headers:

@@ -1,7 +1,7 @@
 """HTTP endpoints: ``/metrics`` (Prometheus text format), ``/healthz`` (liveness) and ``/readyz`` (readiness).
 
 Served by a ``wsgiref`` server (prometheus-client's own ``ThreadingWSGIServer``) in a daemon thread, so a busy
-event loop cannot hide the metrics; the server is up before the model loads so probes answer during warmup.
+event loop cannot hide the metrics; the server is up before the model loads so the health checks answer during warm-up.
 
 - ``/healthz`` 200 unless: a background task died; the event loop does not run a no-op within
   ``LOOP_TIMEOUT_S``; or the consumer has neither fetched nor committed for ``stall_timeout_s`` while it has work:
@@ -36,39 +36,19 @@ METRICS_PATH = "/metrics"
 #: How long /healthz waits for the event loop to run a no-op, seconds.
 LOOP_TIMEOUT_S = 2.0
 
-Probe = Callable[[], tuple[bool, str]]
+Check = Callable[[], tuple[bool, str]]
 """Returns (ok, reason); called from the HTTP thread."""
 
 
-class Progress:
-    """When the consumer last made progress: fetched records or committed offsets (the stall rule of /healthz).
-
-    Args:
-        clock: monotonic seconds.
-    """
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self.last = clock()
-
-    def mark(self) -> None:
-        """Progress now."""
-        self.last = self._clock()
-
-    def idle_s(self) -> float:
-        """Seconds since the last progress."""
-        return self._clock() - self.last
-
-
 class AppLike(Protocol):
-    """What the probes read from :class:`consumer.app.StreamInferApp`."""
+    """What the health checks read from :class:`consumer.app.StreamInferApp`."""
 
     def readiness(self) -> tuple[bool, str]: ...
 
     def liveness(self) -> tuple[bool, str]: ...
 
 
-class Probes:
+class HealthChecks:
     """Liveness and readiness of one consumer process, through its phases: loading, warm, serving, stopping.
 
     Attributes:
@@ -119,16 +99,16 @@ class Probes:
         return self.app.readiness()
 
 
-def make_app(registry: CollectorRegistry, healthz: Probe, readyz: Probe) -> Callable[..., Iterable[bytes]]:
-    """A WSGI app routing ``/healthz`` and ``/readyz`` to the probes and everything else to the metrics."""
+def make_app(registry: CollectorRegistry, healthz: Check, readyz: Check) -> Callable[..., Iterable[bytes]]:
+    """A WSGI app routing ``/healthz`` and ``/readyz`` to the health checks and everything else to the metrics."""
     metrics_app = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
-        probe = {HEALTHZ_PATH: healthz, READYZ_PATH: readyz}.get(path)
-        if probe is None:
+        check = {HEALTHZ_PATH: healthz, READYZ_PATH: readyz}.get(path)
+        if check is None:
             return metrics_app(environ, start_response)  # type: ignore[no-any-return]
-        ok, reason = probe()
+        ok, reason = check()
         body = json.dumps({"ok": ok, "reason": reason}).encode()
         status = "200 OK" if ok else "503 Service Unavailable"
         start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
@@ -137,7 +117,7 @@ def make_app(registry: CollectorRegistry, healthz: Probe, readyz: Probe) -> Call
     return app
 
 
-def serve(host: str, port: int, registry: CollectorRegistry, healthz: Probe, readyz: Probe) -> ThreadingWSGIServer:
+def serve(host: str, port: int, registry: CollectorRegistry, healthz: Check, readyz: Check) -> ThreadingWSGIServer:
     """Start the endpoints on ``host:port`` in a daemon thread; ``shutdown()`` on the result stops them.
 
     Raises:
@@ -151,7 +131,7 @@ def serve(host: str, port: int, registry: CollectorRegistry, healthz: Probe, rea
 
 
 class _Quiet(WSGIRequestHandler):
-    """No access log line per probe."""
+    """No access log line per health check."""
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

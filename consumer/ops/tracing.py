@@ -32,8 +32,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from consumer.errors import ConfigError
-from consumer.oip.records import TRACE_CONTEXT_HEADERS
 from consumer.work import Work
+
+#: W3C Trace Context (``traceparent``, ``tracestate``) and W3C Baggage headers: copied from a request to its result,
+#: in their order, so a trace continues across the topic (a dead letter keeps every request header anyway).
+TRACE_CONTEXT_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
 
 #: Span links per batch span: OpenTelemetry's default ``OTEL_SPAN_LINK_COUNT_LIMIT``.
 MAX_LINKS = 128

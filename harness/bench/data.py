@@ -114,7 +114,8 @@ def sorted_batches(
     Returns:
         (batches, mean tokens per text): each batch input name -> INT64 ``[rows, longest]``.
     """
-    from consumer.model.sequence import BatchBuffers, TextEncoder
+    from consumer.model.buffers import BatchBuffers
+    from consumer.model.sequence import TextEncoder
 
     spec = runner.signature.sequence
     assert spec is not None

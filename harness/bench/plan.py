@@ -265,7 +265,7 @@ class Bench:
         requests of 1 and 64 rows, JSON and binary."""
         from consumer.model.runner import OnnxRunner
         from consumer.oip.chunk import decode_chunk
-        from consumer.oip.decode import Limits
+        from consumer.work import Limits
 
         signature = OnnxRunner.load(DIGITS_MODEL, execution_provider="cpu").signature
         x = digits_rows()

@@ -103,7 +103,7 @@ def rate(step: Callable[[], int], min_s: float = DECODE_MIN_S) -> tuple[float, i
 
 def decode_alone(encoder: ImageEncoder, images: list[bytes], setting: str, min_s: float = DECODE_MIN_S) -> Run:
     """The consumer's own preprocessing over ``images`` on its pool: the decode ceiling."""
-    from consumer.oip.decode import DecodedRequest
+    from consumer.work import DecodedRequest
 
     def step() -> int:
         pending = []

@@ -141,8 +141,9 @@ async def decode_encode(
     consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, args: argparse.Namespace, deadline: float
 ) -> None:
     from consumer.model.runner import OnnxRunner
-    from consumer.oip.decode import Limits, decode_request
+    from consumer.oip.decode import decode_request
     from consumer.oip.encode import encode_response
+    from consumer.work import Limits
 
     signature = OnnxRunner.load(args.model_path, execution_provider="cpu").signature
     limits = Limits()

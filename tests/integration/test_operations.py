@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from consumer.app import StreamInferApp
 from consumer.model.runner import OnnxRunner
-from consumer.ops.health import Probes, serve
+from consumer.ops.health import HealthChecks, serve
 from consumer.ops.metrics import Metrics
 from harness.ports import free_port
 from producer_tools.produce import digits_requests, send_all
@@ -73,7 +73,7 @@ async def test_probes_and_metrics_follow_the_consumer(
 ) -> None:
     settings = settings_for(kafka_bootstrap, topics, digits_model / "digits.onnx")
     metrics = Metrics(CollectorRegistry())
-    probes = Probes(ready_gauge=metrics.ready)
+    probes = HealthChecks(ready_gauge=metrics.ready)
     port = free_port()
     httpd = serve("127.0.0.1", port, metrics.registry, probes.healthz, probes.readyz)
     base = f"http://127.0.0.1:{port}"

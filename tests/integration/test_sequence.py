@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from consumer.config import Settings
+from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner
-from consumer.model.sequence import BatchBuffers, TextEncoder
+from consumer.model.sequence import TextEncoder
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
 from producer_tools.produce import Outgoing, send_all

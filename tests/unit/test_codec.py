@@ -9,10 +9,11 @@ import pytest
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import RecordError
 from consumer.oip.client import decode_response, encode_request
-from consumer.oip.decode import DecodedRequest, Limits, decode_request
+from consumer.oip.decode import decode_request
 from consumer.oip.encode import encode_response
 from consumer.oip.wire import correlation_id
 from consumer.schema import ModelSignature, TensorSpec
+from consumer.work import DecodedRequest, Limits
 from producer_tools.poison import catalogue
 
 LIMITS = Limits(max_record_bytes=1_000_000, max_record_rows=1024)

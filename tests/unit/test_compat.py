@@ -15,8 +15,9 @@ from consumer.errors import ModelError, RecordError
 from consumer.model.compat import OutputReader, input_spec, is_zipmap, output_spec, static_batch
 from consumer.model.runner import OnnxRunner, batch_axis, split, warmup_plan
 from consumer.oip.chunk import decode_chunk
-from consumer.oip.decode import DecodedRequest, Limits, decode_request
+from consumer.oip.decode import decode_request
 from consumer.schema import BF16, ModelSignature, TensorSpec
+from consumer.work import DecodedRequest, Limits
 
 LIMITS = Limits()
 F32 = np.dtype(np.float32)

@@ -13,9 +13,10 @@ import pytest
 from consumer.errors import RecordError
 from consumer.oip.chunk import decode_chunk
 from consumer.oip.client import encode_request_binary
-from consumer.oip.decode import DecodedRequest, Limits, decode_one
+from consumer.oip.decode import decode_one
 from consumer.oip.wire import BINARY_HEADER
 from consumer.schema import ModelSignature, TensorSpec
+from consumer.work import DecodedRequest, Limits
 from producer_tools.poison import catalogue
 
 LIMITS = Limits(max_record_bytes=100_000, max_record_rows=16)

@@ -1,4 +1,4 @@
-"""Probes, security settings and GPU metrics without Kafka or a GPU."""
+"""HealthChecks, security settings and GPU metrics without Kafka or a GPU."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from consumer.config import load_settings
 from consumer.errors import ConfigError
 from consumer.kafka.security import kafka_security_kwargs
-from consumer.ops.health import Probes
+from consumer.ops.health import HealthChecks
 from consumer.ops.metrics import Metrics
 
 
@@ -36,7 +36,7 @@ def model(tmp_path: Path) -> Path:
 
 def test_readyz_follows_the_phases() -> None:
     metrics = Metrics(CollectorRegistry())
-    probes = Probes(ready_gauge=metrics.ready)
+    probes = HealthChecks(ready_gauge=metrics.ready)
     assert probes.readyz() == (False, "loading or warming up the model")
     probes.warm = True
     assert probes.readyz()[0] is False  # no consumer yet
@@ -52,7 +52,7 @@ def test_readyz_follows_the_phases() -> None:
 
 
 async def test_healthz_reports_the_apps_liveness_and_a_running_loop() -> None:
-    probes = Probes()
+    probes = HealthChecks()
     assert probes.healthz() == (True, "starting")
     app = FakeApp()
     probes.app, probes.loop = app, asyncio.get_running_loop()
@@ -62,7 +62,7 @@ async def test_healthz_reports_the_apps_liveness_and_a_running_loop() -> None:
 
 
 def test_healthz_fails_when_the_loop_is_closed() -> None:
-    probes = Probes()
+    probes = HealthChecks()
     loop = asyncio.new_event_loop()
     loop.close()
     probes.app, probes.loop = FakeApp(), loop

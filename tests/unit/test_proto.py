@@ -16,10 +16,11 @@ from consumer.errors import RecordError
 from consumer.oip import proto
 from consumer.oip.chunk import decode_chunk
 from consumer.oip.client import decode_response
-from consumer.oip.decode import DecodedRequest, Limits, decode_one
+from consumer.oip.decode import decode_one
 from consumer.oip.encode import encode_response, encode_response_binary
 from consumer.oip.records import AnswerRecords
 from consumer.schema import ModelSignature, TensorSpec
+from consumer.work import DecodedRequest, Limits
 
 LIMITS = Limits()
 SELDON = [("seldon-infer-type", b"proto/InferModelRequest")]

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from consumer.errors import DeadLetterReason, InferenceError, transient_reason
+from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner, non_finite_outputs, split
-from consumer.model.sequence import BatchBuffers
 from consumer.schema import ModelSignature
 from consumer.timeouts import Backoff
 

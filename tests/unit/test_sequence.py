@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry
 from consumer.batcher import MicroBatcher
 from consumer.errors import DeadLetterReason, RecordError
 from consumer.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, BatchRunner
+from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import CPU, CUDA, OnnxRunner
 from consumer.model.sequence import (
     CPU_BUCKETS,
-    BatchBuffers,
     TextEncoder,
     bucket,
     detect,
@@ -24,11 +24,12 @@ from consumer.model.sequence import (
     length_buckets,
 )
 from consumer.oip.client import decode_response, encode_request, encode_request_binary
-from consumer.oip.decode import Limits, decode_request
+from consumer.oip.decode import decode_request
 from consumer.oip.encode import encode_response, encode_response_binary
 from consumer.oip.wire import BINARY_HEADER, binary_header_length
 from consumer.ops.metrics import Metrics
 from consumer.schema import ModelSignature, TensorSpec
+from consumer.work import Limits
 from tests.unit.fakes import FakeSession
 
 LIMITS = Limits()

@@ -23,7 +23,6 @@ from consumer.errors import ConfigError, DeadLetterReason
 from consumer.intake import Intake
 from consumer.kafka.unpack import BatchCorrupt, BatchTooLarge, Dropped, capped_codecs, install
 from consumer.offsets import OffsetTracker
-from consumer.oip.decode import Limits
 from consumer.oip.records import (
     COMPRESSED_BYTES_HEADER,
     FIRST_OFFSET_HEADER,
@@ -35,7 +34,7 @@ from consumer.oip.records import (
 )
 from consumer.ops.metrics import Metrics
 from consumer.schema import ModelSignature
-from consumer.work import Work
+from consumer.work import Limits, Work
 from tests.unit.fakes import record
 
 CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
