@@ -7,6 +7,7 @@ answer and, once the broker acknowledged it, marks the record done in its partit
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -168,7 +169,7 @@ class Work:
         acked: the broker acknowledged its answer.
         solo: the broker refused a produce request holding it as too large: send it alone before judging it.
         reduced: write the reduced dead letter (the full one was too large).
-        sequence: the publisher's per-partition order this record was registered in (None outside it).
+        order: its partition's order in the publisher (:class:`PartitionOrder`), once registered; None before.
     """
 
     __slots__ = (
@@ -178,13 +179,13 @@ class Work:
         "enqueued_at",
         "error",
         "offsets",
+        "order",
         "record",
         "reduced",
         "request",
         "result",
         "result_json_length",
         "rows",
-        "sequence",
         "solo",
         "tp",
     )
@@ -214,7 +215,7 @@ class Work:
         self.acked = False
         self.solo = False
         self.reduced = False
-        self.sequence: Any = None
+        self.order: PartitionOrder | None = None
 
     @property
     def offset(self) -> int:
@@ -234,3 +235,25 @@ def loggable(correlation_id: bytes) -> str:
     if len(correlation_id) <= MAX_LOGGED_ID_BYTES:
         return text
     return f"{text}...({len(correlation_id)} bytes)"
+
+
+class PartitionOrder:
+    """One request partition's records of one assignment, in fetch order, until the publisher releases them: a
+    record's answer is written only once every earlier record of its partition is answered.
+
+    Attributes:
+        queue: the partition's registered records not yet released, in offset order.
+        live: False once the partition was revoked (its late answers are ignored).
+    """
+
+    __slots__ = ("live", "queue")
+
+    def __init__(self) -> None:
+        self.queue: deque[Work] = deque()
+        self.live = True
+
+    def release_into(self, out: deque[Work]) -> None:
+        """Move the answered prefix of ``queue`` to ``out``."""
+        queue = self.queue
+        while queue and queue[0].answered:
+            out.append(queue.popleft())

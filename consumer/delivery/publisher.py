@@ -42,7 +42,7 @@ from consumer.kafka.partitioner import partitions_for_keys
 from consumer.oip.records import AnswerRecord, AnswerRecords
 from consumer.ops.metrics import Metrics
 from consumer.timeouts import Backoff
-from consumer.work import Work, loggable
+from consumer.work import PartitionOrder, Work, loggable
 
 log = logging.getLogger(__name__)
 
@@ -287,21 +287,6 @@ def count_answers(metrics: Metrics, works: Sequence[Work], now_ms: float) -> Non
 
 
 # ------------------------------------------------------------------------------------------------ the publisher
-class _Sequence:
-    """One request partition's records of one assignment, in fetch order, until they are released."""
-
-    __slots__ = ("live", "queue")
-
-    def __init__(self) -> None:
-        self.queue: deque[Work] = deque()
-        self.live = True
-
-    def release_into(self, out: deque[Work]) -> None:
-        queue = self.queue
-        while queue and queue[0].answered:
-            out.append(queue.popleft())
-
-
 class Publisher:
     """at_least_once: ordered, retried writes of every answer through one idempotent producer.
 
@@ -334,7 +319,7 @@ class Publisher:
         self._client_id = client_id
         self._sleep = sleep
         self.producer: ProducerClient | None = None
-        self._sequences: dict[TopicPartition, _Sequence] = {}
+        self._orders: dict[TopicPartition, PartitionOrder] = {}
         self._unsent: deque[Work] = deque()
         self._sent: deque[Sent] = deque()  # handed to the client, in order, until settled (all of them on failure)
         self._unsettled = 0
@@ -362,25 +347,25 @@ class Publisher:
     # -- order
     def track(self, works: Iterable[Work]) -> None:
         """Register fetched records, in fetch order per partition: their answers are released in that order."""
-        sequences = self._sequences
+        orders = self._orders
         for work in works:
-            seq = sequences.get(work.tp)
-            if seq is None:
-                seq = sequences[work.tp] = _Sequence()
-            work.sequence = seq
-            seq.queue.append(work)
+            order = orders.get(work.tp)
+            if order is None:
+                order = orders[work.tp] = PartitionOrder()
+            work.order = order
+            order.queue.append(work)
 
     def answered(self, works: Iterable[Work]) -> None:
         """``works`` have their result or dead letter: release every partition's answered prefix to the writer."""
-        touched: set[_Sequence] = set()
+        touched: set[PartitionOrder | None] = set()  # None: never registered (not in the order)
         for work in works:
             work.answered = True
-            touched.add(work.sequence)
+            touched.add(work.order)
         unsent = self._unsent
         before = len(unsent)
-        for seq in touched:
-            if seq.live:
-                seq.release_into(unsent)
+        for order in touched:
+            if order is not None and order.live:
+                order.release_into(unsent)
         if len(unsent) != before:
             self._idle.clear()
             self._wakeup.set()
@@ -391,11 +376,11 @@ class Publisher:
         Returns:
             The records taken out of the order (not yet released).
         """
-        seq = self._sequences.get(tp)
+        order = self._orders.get(tp)
         dropped: list[Work] = []
-        if seq is not None:
-            while seq.queue and seq.queue[-1].record.offset >= from_offset:
-                dropped.append(seq.queue.pop())
+        if order is not None:
+            while order.queue and order.queue[-1].record.offset >= from_offset:
+                dropped.append(order.queue.pop())
         return dropped
 
     def forget(self, tps: Iterable[TopicPartition]) -> list[Work]:
@@ -406,17 +391,17 @@ class Publisher:
         """
         dropped: list[Work] = []
         for tp in tps:
-            seq = self._sequences.pop(tp, None)
-            if seq is not None:
-                seq.live = False
-                dropped.extend(seq.queue)
-                seq.queue.clear()
+            order = self._orders.pop(tp, None)
+            if order is not None:
+                order.live = False
+                dropped.extend(order.queue)
+                order.queue.clear()
         return dropped
 
     def unreleased(self, tp: TopicPartition) -> int:
         """Records of ``tp`` registered and not yet released."""
-        seq = self._sequences.get(tp)
-        return len(seq.queue) if seq is not None else 0
+        order = self._orders.get(tp)
+        return len(order.queue) if order is not None else 0
 
     # -- the task
     async def run(self) -> None:
