@@ -52,10 +52,11 @@ unit: $(STAMP) ## unit tests only (no Kafka, no ONNX session)
 integration: $(STAMP) $(MODEL) ## integration tests only (real broker)
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff and mypy --strict
+lint: $(STAMP) ## ruff, mypy --strict and the import layers (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 docs: $(STAMP) ## regenerate the README settings table from consumer/config.py
 	$(PY) scripts/settings_table.py

@@ -10,26 +10,34 @@ Exit codes: 0 clean stop; 1 a background task failed (the orchestrator should re
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from consumer.app import StreamInferApp
 from consumer.budget import budget_problem, memory_limit_bytes
 from consumer.config import Settings, load_settings
-from consumer.errors import ConfigError, ModelError
+from consumer.errors import ConfigError, ModelError, RecordError
 from consumer.kafka.security import secret_values
-from consumer.model.runner import CUDA, TENSORRT, OnnxRunner, describe, warmup_plan
+from consumer.model.runner import OnnxRunner, describe, warmup_plan
+from consumer.model.session import CUDA, TENSORRT
+from consumer.oip.decode import decode_request
+from consumer.oip.encode import check_output
 from consumer.ops.health import HealthChecks, serve
 from consumer.ops.logs import setup_logging
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing, from_environment
+from consumer.schema import ModelSignature
+from consumer.work import Limits
 
 log = logging.getLogger("consumer")
 
@@ -59,12 +67,12 @@ async def serve_until_signal(app: StreamInferApp, checks: HealthChecks) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, start the endpoints, load, warm, serve. Returns the exit code (also used by the console script)."""
     try:
-        settings = load_settings(sys.argv[1:] if argv is None else argv)
+        settings = load_settings(sys.argv[1:] if argv is None else argv, os.environ)
     except ConfigError as exc:
         print(f"streaminfer-consumer: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        tracing = from_environment(settings.group_id)
+        tracing = from_environment(settings.group_id, os.environ)
     except ConfigError as exc:
         print(f"streaminfer-consumer: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -103,7 +111,7 @@ def _load_and_serve(
     tracing: Tracing | None,
 ) -> int:
     try:
-        runner = OnnxRunner.from_settings(settings)
+        runner = load_runner(settings)
         sizes, lengths = warmup_plan(runner, settings.max_batch_size)
         if runner.signature.sequence is not None:
             log.info(
@@ -132,6 +140,52 @@ def _load_and_serve(
     app = StreamInferApp(settings, runner, metrics, held_client_logs=held_client_logs, tracing=tracing)
     settle_garbage_collector()
     return asyncio.run(serve_until_signal(app, checks))
+
+
+def load_runner(settings: Settings) -> OnnxRunner:
+    """The model of ``settings``, opened with its provider and session options and probed on the decoded
+    ``warmup_request`` (:func:`warmup_sample`) when one is set.
+
+    Raises:
+        ModelError: as :meth:`consumer.model.runner.OnnxRunner.load`; or ``warmup_request`` cannot be read or is
+            not a valid request for the model.
+        ConfigError: ``image_preprocessing`` does not fit the model.
+    """
+    try:
+        warmup = settings.warmup_request.read_bytes() if settings.warmup_request is not None else None
+    except OSError as exc:
+        raise ModelError(f"warmup_request: {exc}") from None
+    return OnnxRunner.load(
+        settings.model_path,
+        execution_provider=settings.execution_provider,
+        require_gpu=settings.require_gpu,
+        intra_op_threads=settings.intra_op_threads,
+        inter_op_threads=settings.inter_op_threads,
+        graph_optimization_level=settings.graph_optimization_level,
+        tensorrt=settings.tensorrt,
+        trt_engine_cache_dir=settings.trt_engine_cache_dir,
+        fp16=settings.fp16,
+        max_batch_size=settings.max_batch_size,
+        model_name=settings.model_name,
+        model_version=settings.model_version,
+        image_preprocessing=settings.image_preprocessing,
+        warmup_sample=None if warmup is None else functools.partial(warmup_sample, warmup),
+        answer_encoders=(check_output,),
+    )
+
+
+def warmup_sample(value: bytes, signature: ModelSignature) -> dict[str, np.ndarray]:
+    """The inputs of the ``warmup_request`` (an OIP request, JSON), validated like any request: the rows the model
+    is probed and warmed up with, ``[rows, ...]`` per input, of the model's dtypes.
+
+    Raises:
+        ModelError: it is not a valid request for this model (the reason and message named).
+    """
+    try:
+        request = decode_request(value, signature, Limits(max_record_bytes=len(value), max_record_rows=1 << 20))
+    except RecordError as err:
+        raise ModelError(f"warmup_request is not a valid request for this model: {err.reason}: {err}") from None
+    return dict(request.inputs)
 
 
 def settle_garbage_collector() -> None:

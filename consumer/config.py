@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -393,18 +392,21 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message}{hint}; --help lists every flag")
 
 
-def load_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Read settings from ``argv`` flags (kebab-case, e.g. ``--max-batch-size 32``) and the environment.
 
     Args:
-        environ: checked for ``STREAMINFER_*`` variables that name no setting; default ``os.environ``.
+        argv: the command line's flags (without the program name).
+        environ: the process environment (``consumer.__main__`` passes ``os.environ``, the only module that reads
+            it): checked for ``STREAMINFER_*`` variables that name no setting. pydantic-settings reads the
+            ``STREAMINFER_*`` values themselves.
 
     Raises:
         ConfigError: a value is invalid, a flag is unknown (abbreviations too: no prefix matching), or a
             ``STREAMINFER_*`` variable names no setting; the message names every bad setting, flag or variable.
         SystemExit: ``--help`` (argparse's own handling).
     """
-    problems = unknown_variables(os.environ if environ is None else environ)
+    problems = unknown_variables(environ)
     if problems:
         raise ConfigError("; ".join(problems))
     parser = _Parser(
@@ -418,7 +420,7 @@ def load_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] 
         Settings, root_parser=parser, parse_args_method=argparse.ArgumentParser.parse_args
     )
     try:
-        return CliApp.run(Settings, cli_args=list(argv) if argv is not None else [], cli_settings_source=source)
+        return CliApp.run(Settings, cli_args=list(argv), cli_settings_source=source)
     except ValidationError as exc:
         raise ConfigError("invalid settings: " + "; ".join(_problem(err) for err in exc.errors())) from None
 

@@ -29,8 +29,9 @@ import numpy as np
 
 from consumer.errors import DeadLetterReason, InferenceError
 from consumer.model.buffers import BatchBuffers
-from consumer.model.runner import CPU, OnnxRunner, non_finite_outputs, split
+from consumer.model.runner import OnnxRunner, non_finite_outputs, split
 from consumer.model.sequence import CPU_BUCKETS, GPU_BUCKETS, bucket, length_buckets
+from consumer.model.session import CPU
 from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
 from consumer.oip.proto import response as proto_response
 from consumer.ops.metrics import Metrics

@@ -16,13 +16,14 @@ the rows of a request the user gave. Four questions, each answered by a few runs
 3. **Does padding change a sequence model's answer?** A row of 4 tokens alone against the same row padded to 8
    (``attention_mask`` 0 on the padding): a model without a mask, or one that pools the last position, answers
    differently, and is then batched only with rows of the same length (``SequenceSpec.padding_safe``).
-4. **Can every output be encoded?** Each output of the 1-row run goes through the OIP encoder (JSON and binary).
+4. **Can every output be encoded?** Each output of the 1-row run goes through the answer encoders the loader
+   hands over (the service: the OIP encoder, JSON and binary).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +34,10 @@ import numpy as np
 from consumer.errors import ModelError
 from consumer.model.compat import FIX_OUTPUT_TYPE, OutputReader, blank
 from consumer.schema import ModelSignature, TensorSpec, floating
+
+#: Encodes one output of a 1-row run as an answer would carry it: (signature, output name, array); raises KeyError,
+#: TypeError or ValueError when it cannot.
+OutputEncoder = Callable[[ModelSignature, str, np.ndarray], object]
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +93,11 @@ def rows_from(sample: Mapping[str, np.ndarray] | None, inputs: tuple[TensorSpec,
 
 
 def probe(
-    runner: Probed, rows: RowSource, constants: Callable[[], frozenset[str]], sampled: bool = False
+    runner: Probed,
+    rows: RowSource,
+    constants: Callable[[], frozenset[str]],
+    sampled: bool = False,
+    encoders: Sequence[OutputEncoder] = (),
 ) -> ModelSignature:
     """The runner's signature with what the runs found (batched outputs, ZipMap labels, ``solo``, padding).
 
@@ -97,6 +106,8 @@ def probe(
         rows: placeholder or sample rows (:func:`rows_from`).
         constants: names of the graph outputs that are constants (called only if an output has no batch axis).
         sampled: ``rows`` are the ``warmup_request``'s (the error then says so instead of suggesting one).
+        encoders: the answer encoders each output of the 1-row run must pass (the service passes the OIP
+            response encoder, :func:`consumer.oip.encode.check_output`); none: not checked.
 
     Raises:
         ModelError: the model fails on the probe rows at one row, or an output cannot be encoded (the fix named).
@@ -154,7 +165,7 @@ def probe(
             misdeclared,
         )
         runner.quiet_shape_warnings()
-    _check_encoding(found, seen[sizes[0]])
+    _check_encoding(found, seen[sizes[0]], encoders)
     return found
 
 
@@ -252,21 +263,19 @@ def _close(got: np.ndarray, want: np.ndarray, provider: str) -> bool:
     return bool(np.array_equal(got, want))
 
 
-def _check_encoding(sig: ModelSignature, first: Mapping[str, np.ndarray]) -> None:
-    """Encode each output of a run as an OIP response (JSON and binary).
+def _check_encoding(sig: ModelSignature, first: Mapping[str, np.ndarray], encoders: Sequence[OutputEncoder]) -> None:
+    """Encode each output of a 1-row run with every answer encoder.
 
     Raises:
-        ModelError: an output the encoder cannot carry, with the fix.
+        ModelError: an output an encoder cannot carry, with the fix.
     """
-    from consumer.oip.encode import encode_response, encode_response_binary
-
     for spec in sig.outputs:
         arr: Any = first[spec.name][:1] if spec.batched else first[spec.name]
-        try:
-            encode_response("probe", sig, [(spec.name, arr)])
-            encode_response_binary("probe", sig, [(spec.name, arr)])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ModelError(
-                f"output {spec.name!r} ({arr.dtype}, shape {list(arr.shape)}) cannot be encoded as an OIP response: "
-                f"{type(exc).__name__}: {exc}; {FIX_OUTPUT_TYPE.format(name=spec.name)}"
-            ) from exc
+        for encoder in encoders:
+            try:
+                encoder(sig, spec.name, arr)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ModelError(
+                    f"output {spec.name!r} ({arr.dtype}, shape {list(arr.shape)}) cannot be encoded in an answer: "
+                    f"{type(exc).__name__}: {exc}; {FIX_OUTPUT_TYPE.format(name=spec.name)}"
+                ) from exc

@@ -1,4 +1,6 @@
-"""ONNX Runtime: load the model, choose the execution provider, warm up, run micro-batches, split results.
+"""Running the model: probe it, warm it up, run micro-batches through ONNX Runtime, split the results.
+
+The session itself is built by :mod:`consumer.model.session` (execution providers, options).
 
 :meth:`OnnxRunner.run` blocks (``InferenceSession.run`` releases the GIL) and is meant for a dedicated worker
 thread, never the event loop. Results are split back per request by rows only after every output's first
@@ -12,46 +14,19 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from consumer.errors import DeadLetterReason, InferenceError, ModelError, RecordError, transient_reason
-from consumer.model.compat import (
-    FIX_EXTERNAL_DATA,
-    OutputReader,
-    blank,
-    input_spec,
-    is_zipmap,
-    load_fix,
-    output_spec,
-    static_batch,
-)
-from consumer.model.probe import graph_constants, probe, rows_from
-from consumer.model.sequence import GPU_BUCKETS, detect, input_ranges, length_buckets
-from consumer.model.vision import preprocessing
-from consumer.oip.decode import decode_request
+from consumer.errors import DeadLetterReason, InferenceError, transient_reason
+from consumer.model.compat import OutputReader, blank
+from consumer.model.probe import OutputEncoder, graph_constants, probe, rows_from
+from consumer.model.sequence import length_buckets
+from consumer.model.session import CPU, open_session
 from consumer.schema import ModelSignature, floating
-from consumer.work import Limits
-
-if TYPE_CHECKING:
-    from consumer.config import Settings
 
 log = logging.getLogger(__name__)
-
-CUDA = "CUDAExecutionProvider"
-CPU = "CPUExecutionProvider"
-TENSORRT = "TensorrtExecutionProvider"
-
-#: settings name -> onnxruntime.GraphOptimizationLevel (a function of the module: onnxruntime is imported late).
-OPTIMIZATION_LEVELS: dict[str, Callable[[Any], Any]] = {
-    "disable": lambda ort: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "all": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
 
 
 class SessionLike(Protocol):
@@ -111,79 +86,50 @@ class OnnxRunner:
         max_batch_size: int = 64,
         model_name: str | None = None,
         model_version: str | None = None,
-        warmup_request: bytes | None = None,
         image_preprocessing: str | None = None,
+        warmup_sample: Callable[[ModelSignature], Mapping[str, np.ndarray]] | None = None,
+        answer_encoders: Sequence[OutputEncoder] = (),
     ) -> OnnxRunner:
-        """Create the session and read the signature (sequence layout and value ranges included) from the graph.
-
-        ``auto`` asks for CUDA when the installed onnxruntime offers it and a GPU is visible, and falls back to
-        CPU; ONNX Runtime drops a provider it cannot initialise without raising (it logs a warning and runs on
-        CPU), so the active provider is read back from the session and logged.
+        """Open the model (:func:`consumer.model.session.open_session`: every argument but ``warmup_sample``), probe it
+        (:meth:`probe`): run it on placeholder rows, or on ``warmup_sample``'s, to learn which outputs have a batch
+        axis and ZipMap's class labels, and encode every output as an OIP response, so a model that loads can serve.
 
         Args:
-            tensorrt: put the TensorRT provider before CUDA, with an engine cache in ``trt_engine_cache_dir`` and
-                explicit profile shapes from 1 row x 1 token to ``max_batch_size`` rows x the longest sequence.
-            fp16: GPU only: serve a float16 copy of the graph (ONNX Runtime's converter, float32 inputs and
-                outputs kept); with TensorRT, its FP16 mode instead.
-            max_batch_size: the largest batch in rows, for TensorRT's profile shapes.
-            warmup_request: an OIP request (JSON) whose rows probe and warm the model up instead of zeros, for a
-                model that zeros are not valid input for.
-            image_preprocessing: image models: the preprocessing declaration (JSON, :mod:`consumer.model.vision`),
-                overriding the model metadata's.
-
-        The model is then probed (:meth:`probe`): run on zeros to learn which outputs have a batch axis and
-        ZipMap's class labels, and every output encoded as an OIP response, so a model that loads can serve.
+            warmup_sample: given the model's signature, the rows to probe and warm up with instead of zeros (the
+                decoded ``warmup_request``: :func:`consumer.__main__.warmup_sample`), for a model that zeros are
+                not valid input for.
+            answer_encoders: every output of the probe's 1-row run must pass each (the service's:
+                :func:`consumer.oip.encode.check_output`), so a model that loads can be answered.
 
         Raises:
-            ModelError: the file cannot be loaded (external-data weights missing beside it included), an input or
-                output cannot be served (:mod:`consumer.model.compat`: the message names it and the export option that
-                fixes it), the model fails on zeros at one row, an output cannot be encoded, the metadata is
-                malformed, or ``require_gpu`` / ``execution_provider=cuda`` / ``tensorrt`` / ``fp16`` is set and
-                CUDA (or TensorRT) is not active.
-            ConfigError: ``image_preprocessing`` does not fit the model (:func:`consumer.model.vision.preprocessing`).
+            ModelError: as :func:`~consumer.model.session.open_session`; the model fails on the probe rows at one
+                row, or an output cannot be encoded; ``warmup_sample`` raised it (not a valid request).
+            ConfigError: ``image_preprocessing`` does not fit the model.
         """
-        import onnxruntime as ort  # heavy import, kept off unit tests that use fakes
-
-        available = ort.get_available_providers()
-        gpu_wanted = execution_provider == "cuda" or require_gpu or tensorrt or fp16
-        if execution_provider == "cpu":
-            names = [CPU]
-        elif gpu_wanted:
-            if CUDA not in available:
-                raise ModelError(f"a GPU was asked for: this onnxruntime offers only {available}")
-            names = [CUDA, CPU]
-        else:  # auto: CUDA only where a GPU is really present, so CPU machines start without CUDA load errors
-            names = [CUDA, CPU] if CUDA in available and gpu_count() > 0 else [CPU]
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        options.inter_op_num_threads = inter_op_threads
-        options.graph_optimization_level = OPTIMIZATION_LEVELS[graph_optimization_level](ort)
-        providers: list[Any] = list(names)
-        model: str | bytes = str(path)
-        if tensorrt:
-            if TENSORRT not in available:
-                raise ModelError(f"tensorrt=true: this onnxruntime offers only {available}")
-            probe, _ = _signature(
-                _open(ort, model, ort.SessionOptions(), [CPU]), path, model_name, model_version, image_preprocessing
-            )
-            providers.insert(0, (TENSORRT, _trt_options(probe, max_batch_size, trt_engine_cache_dir, fp16)))
-        elif fp16 and names[0] == CUDA:
-            model = _float16(path)
-        session = _open(ort, model, options, providers)
-        active = session.get_providers()[0]
-        log.info(
-            "execution providers: asked %s, active %s", [p if isinstance(p, str) else p[0] for p in providers], active
+        opened = open_session(
+            path,
+            execution_provider=execution_provider,
+            require_gpu=require_gpu,
+            intra_op_threads=intra_op_threads,
+            inter_op_threads=inter_op_threads,
+            graph_optimization_level=graph_optimization_level,
+            tensorrt=tensorrt,
+            trt_engine_cache_dir=trt_engine_cache_dir,
+            fp16=fp16,
+            max_batch_size=max_batch_size,
+            model_name=model_name,
+            model_version=model_version,
+            image_preprocessing=image_preprocessing,
         )
-        if gpu_wanted and active not in (CUDA, TENSORRT):
-            raise ModelError(f"a GPU execution provider was requested but ONNX Runtime is running on {active}")
-        if tensorrt and active != TENSORRT:
-            raise ModelError(f"tensorrt=true but ONNX Runtime is running on {active}")
-        signature, zipmaps = _signature(session, path, model_name, model_version, image_preprocessing)
-        device_id = int(session.get_provider_options().get(active, {}).get("device_id", 0))
-        log.info("model %s v%s loaded on %s", signature.name, signature.version, active)
-        runner = cls(session, signature, active, device_id, OutputReader(signature.outputs, zipmaps))
-        sample = _sample(warmup_request, signature) if warmup_request is not None else None
-        runner.probe(sample, path)
+        runner = cls(
+            opened.session,
+            opened.signature,
+            opened.provider,
+            opened.device_id,
+            OutputReader(opened.signature.outputs, opened.zipmaps),
+        )
+        sample = warmup_sample(opened.signature) if warmup_sample is not None else None
+        runner.probe(sample, path, answer_encoders)
         if runner.signature.static_batch is not None:
             log.warning(
                 "every input's batch axis is fixed at %d in the graph: ONNX Runtime runs %d row(s) at a time%s; "
@@ -193,34 +139,6 @@ class OnnxRunner:
                 " (batching is off)" if runner.signature.static_batch == 1 else ", batches padded to that size",
             )
         return runner
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> OnnxRunner:
-        """:meth:`load` with the settings' model, provider, session and warmup options (what the service runs).
-
-        Raises:
-            ModelError: as :meth:`load`; or ``warmup_request`` cannot be read.
-        """
-        try:
-            warmup = settings.warmup_request.read_bytes() if settings.warmup_request is not None else None
-        except OSError as exc:
-            raise ModelError(f"warmup_request: {exc}") from None
-        return cls.load(
-            settings.model_path,
-            execution_provider=settings.execution_provider,
-            require_gpu=settings.require_gpu,
-            intra_op_threads=settings.intra_op_threads,
-            inter_op_threads=settings.inter_op_threads,
-            graph_optimization_level=settings.graph_optimization_level,
-            tensorrt=settings.tensorrt,
-            trt_engine_cache_dir=settings.trt_engine_cache_dir,
-            fp16=settings.fp16,
-            max_batch_size=settings.max_batch_size,
-            model_name=settings.model_name,
-            model_version=settings.model_version,
-            warmup_request=warmup,
-            image_preprocessing=settings.image_preprocessing,
-        )
 
     def run(self, feeds: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         """Run one batch. Blocking; call from the inference thread.
@@ -290,14 +208,20 @@ class OnnxRunner:
             return self.session.run(self._output_names, dict(feeds))
         return self._run_bound(feeds)  # CUDA / TensorRT: IO binding, one host->device copy per input, outputs once
 
-    def probe(self, sample: Mapping[str, np.ndarray] | None = None, path: Path | None = None) -> None:
+    def probe(
+        self,
+        sample: Mapping[str, np.ndarray] | None = None,
+        path: Path | None = None,
+        encoders: Sequence[OutputEncoder] = (),
+    ) -> None:
         """Run the model before serving to learn what its graph does not say (:mod:`consumer.model.probe`: outputs
         without a batch axis, ZipMap labels, whether requests may share a run, whether padding is safe) and check
-        every output can be encoded; ``signature`` is updated.
+        every output can be encoded by each of ``encoders``; ``signature`` is updated.
 
         Args:
             sample: input name -> rows ``[n, ...]`` to probe with (``warmup_request``); None: placeholder rows.
             path: the model file, to find which outputs are graph constants (with the ``onnx`` package).
+            encoders: the answer encoders (:data:`consumer.model.probe.OutputEncoder`) every output must pass.
 
         Raises:
             ModelError: the model fails on the probe rows at one row, or an output cannot be encoded.
@@ -308,6 +232,7 @@ class OnnxRunner:
             rows_from(sample, self.signature.inputs),
             (lambda: graph_constants(path)) if path is not None else frozenset,
             sampled=sample is not None,
+            encoders=encoders,
         )
 
     @contextlib.contextmanager
@@ -386,121 +311,6 @@ class OnnxRunner:
                 if times and length == lengths[0]:
                     self.batch_seconds = float(np.median(times))
         return failing
-
-
-def _sample(value: bytes, signature: ModelSignature) -> dict[str, np.ndarray]:
-    """The inputs of the ``warmup_request`` JSON, validated like any request.
-
-    Raises:
-        ModelError: it is not a valid request for this model (the reason and message named).
-    """
-    try:
-        request = decode_request(value, signature, Limits(max_record_bytes=len(value), max_record_rows=1 << 20))
-    except RecordError as err:
-        raise ModelError(f"warmup_request is not a valid request for this model: {err.reason}: {err}") from None
-    return dict(request.inputs)
-
-
-def _open(ort: Any, model: str | bytes, options: Any, providers: list[Any]) -> Any:
-    try:
-        return ort.InferenceSession(model, sess_options=options, providers=providers)
-    except Exception as exc:
-        if "external data" in str(exc).lower():
-            raise ModelError(
-                f"cannot load model: its external-data weights are missing: {exc}; {FIX_EXTERNAL_DATA}"
-            ) from exc
-        fix = load_fix(str(exc))
-        raise ModelError(f"cannot load model: {exc}" + (f"; {fix}" if fix else "")) from exc
-
-
-def _signature(
-    session: Any, path: Path, model_name: str | None, model_version: str | None, image: str | None = None
-) -> tuple[ModelSignature, set[str]]:
-    """The session's inputs and outputs, with the sequence layout, value ranges and image preprocessing
-    (``image`` overriding its metadata's, :func:`consumer.model.vision.preprocessing`) from its metadata, and the
-    names of its ZipMap outputs. Outputs are all taken as batched until :meth:`OnnxRunner.probe` runs.
-
-    Raises:
-        ModelError: an input or output :mod:`consumer.model.compat` cannot serve, inputs that disagree on the batch
-            axis, malformed metadata.
-    """
-    custom: dict[str, str] = dict(session.get_modelmeta().custom_metadata_map)
-    inputs = tuple(input_spec(i.name, i.type, i.shape) for i in session.get_inputs())
-    outputs = tuple(output_spec(o.name, o.type, o.shape) for o in session.get_outputs())
-    zipmaps = {o.name for o in session.get_outputs() if is_zipmap(o.type)}
-    plain = ModelSignature(
-        name=model_name or custom.get("model_name") or path.stem,
-        version=model_version or custom.get("model_version") or "1",
-        inputs=inputs,
-        outputs=outputs,
-        static_batch=static_batch(inputs),
-    )
-    return (
-        replace(
-            plain,
-            sequence=detect(plain, custom),
-            ranges=input_ranges(custom),
-            image=preprocessing(plain, custom, image),
-        ),
-        zipmaps,
-    )
-
-
-def _trt_options(signature: ModelSignature, max_rows: int, cache_dir: Path | None, fp16: bool) -> dict[str, Any]:
-    """TensorRT provider options: engine cache, FP16, and explicit profile shapes per input (min 1 row and
-    1 token, opt and max ``max_rows`` rows and the longest sequence) so engines are not rebuilt per new shape."""
-    inputs = signature.inputs
-    longest = signature.sequence.max_length if signature.sequence is not None else GPU_BUCKETS[-1]
-
-    def shapes(rows: int, tokens: int) -> str:
-        return ",".join(
-            f"{s.name}:"
-            + "x".join(str(d if d is not None else (rows if i == 0 else tokens)) for i, d in enumerate(s.shape))
-            for s in inputs
-        )
-
-    cache = cache_dir or Path(".cache/trt")
-    cache.mkdir(parents=True, exist_ok=True)
-    return {
-        "trt_engine_cache_enable": True,
-        "trt_engine_cache_path": str(cache),
-        "trt_fp16_enable": fp16,
-        "trt_profile_min_shapes": shapes(1, 1),
-        "trt_profile_opt_shapes": shapes(max_rows, min(128, longest)),
-        "trt_profile_max_shapes": shapes(max_rows, longest),
-    }
-
-
-def _float16(path: Path) -> bytes:
-    """A float16 copy of the model with float32 inputs and outputs (ONNX Runtime's own converter).
-
-    Raises:
-        ModelError: the onnx package is missing or the conversion fails.
-    """
-    try:
-        import onnx
-        from onnxruntime.transformers.float16 import convert_float_to_float16
-    except ImportError as exc:
-        raise ModelError(f"fp16 needs the onnx package: {exc}") from None
-    try:
-        converted = convert_float_to_float16(onnx.load(str(path)), keep_io_types=True)
-    except Exception as exc:
-        raise ModelError(f"fp16 conversion of {str(path)!r} failed: {exc}") from exc
-    return bytes(converted.SerializeToString())
-
-
-def gpu_count() -> int:
-    """NVIDIA GPUs visible through NVML (nvidia-ml-py); 0 without a driver."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 (NVMLError, ImportError: no driver, no library)
-        return 0
 
 
 def split(

@@ -203,3 +203,15 @@ def _row_texts(arr: np.ndarray, total: int, width: int) -> list[bytes]:
     if arr.dtype.kind == "O":  # strings may hold "],[": serialise each row on its own
         return [orjson.dumps(row)[1:-1] for row in flat]
     return orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY)[2:-2].split(b"],[")
+
+
+def check_output(signature: ModelSignature, name: str, arr: np.ndarray) -> None:
+    """Encode one output of a 1-row run as an OIP response, JSON and binary: the model probe's check
+    (:data:`consumer.model.probe.OutputEncoder`) that every answer can carry it.
+
+    Raises:
+        KeyError: its dtype has no OIP datatype.
+        TypeError, ValueError: its elements cannot be serialised.
+    """
+    encode_response("probe", signature, [(name, arr)])
+    encode_response_binary("probe", signature, [(name, arr)])

@@ -25,7 +25,6 @@ Spans (names and attributes after OpenTelemetry's messaging semantic conventions
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -136,14 +135,13 @@ def wanted(env: Mapping[str, str]) -> bool:
     return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
-def from_environment(group: str, env: Mapping[str, str] | None = None) -> Tracing | None:
+def from_environment(group: str, env: Mapping[str, str]) -> Tracing | None:
     """Tracing as the OTEL_* variables configure it, or None when they do not ask for it.
 
     Raises:
         ConfigError: they ask for traces but the ``otel`` extra is not installed, or name an exporter other than
             ``otlp``, ``console`` or ``none``.
     """
-    env = os.environ if env is None else env
     if not wanted(env):
         return None
     exporter_name = env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from consumer.__main__ import load_runner
 from consumer.app import StreamInferApp
 from consumer.config import Settings
-from consumer.model.runner import OnnxRunner, warmup_plan
+from consumer.model.runner import warmup_plan
 from consumer.ops.metrics import Metrics
 from producer_tools.produce import Outgoing
 from producer_tools.results import Report, collect
@@ -98,7 +99,7 @@ async def start_app(kafka_bootstrap: str, topics: dict[str, str], digits_model: 
     async def factory(**overrides: Any) -> StreamInferApp:
         options = {"group_id": group, "shutdown_grace_s": 20, "model_path": digits_model / "digits.onnx", **overrides}
         settings = settings_for(kafka_bootstrap, topics, **options)
-        runner = OnnxRunner.from_settings(settings)  # as consumer.__main__ does
+        runner = load_runner(settings)  # as consumer.__main__ does
         sizes, lengths = warmup_plan(runner, settings.max_batch_size)
         runner.warmup(sizes, settings.warmup_runs, lengths)
         app = StreamInferApp(settings, runner, Metrics(CollectorRegistry()))

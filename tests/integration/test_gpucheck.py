@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from consumer.model.runner import CUDA, gpu_count
+from consumer.model.session import CUDA, gpu_count
 from harness import gpucheck
 from harness.bench import corpus
 

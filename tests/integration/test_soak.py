@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.test_soak import LINE
+from tests.unit.harness.test_soak import LINE
 
 ROOT = Path(__file__).resolve().parents[2]
 

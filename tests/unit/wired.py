@@ -4,6 +4,7 @@ model file, no real time."""
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def source_of(written: Written) -> tuple[int, int]:
     return int(p), int(o)
 
 
-class Harness:
+class Wired:
     """One consumer over fake clients.
 
     Args:
@@ -163,3 +164,26 @@ class Harness:
         stopping = asyncio.ensure_future(self.app.stop())
         await self.until_in_time(stopping.done, step_ms=step_ms, limit_ms=limit_ms)
         await stopping
+
+
+def in_offset_order(answers: list[Written]) -> bool:
+    """Every request partition's answers come in increasing offset order."""
+    last: dict[int, int] = defaultdict(lambda: -1)
+    for answer in answers:
+        partition, offset = source_of(answer)
+        if offset <= last[partition]:
+            return False
+        last[partition] = offset
+    return True
+
+
+def per_destination(answers: list[Written]) -> dict[tuple[str, int], list[Written]]:
+    """Answers grouped by the (topic, partition) they were written to, in the order written."""
+    out: dict[tuple[str, int], list[Written]] = defaultdict(list)
+    for answer in answers:
+        out[(answer.topic, answer.partition)].append(answer)
+    return out
+
+
+#: The labels of ``streaminfer_retries_total`` for a micro-batch retried because it ran out of memory.
+INFERENCE_OOM = {"stage": "inference", "reason": "out_of_memory"}

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ def model(tmp_path: Path) -> Path:
 
 
 def test_defaults(model: Path) -> None:
-    s = load_settings(["--model-path", str(model)])
+    s = load_settings(["--model-path", str(model)], os.environ)
     assert (s.max_batch_size, s.max_batch_delay_ms, s.requests_topic, s.dead_letter_topic) == (
         64,
         5.0,
@@ -30,8 +31,8 @@ def test_defaults(model: Path) -> None:
 def test_env_then_flag_precedence(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMINFER_MAX_BATCH_SIZE", "16")
     monkeypatch.setenv("STREAMINFER_MODEL_PATH", str(model))
-    assert load_settings([]).max_batch_size == 16
-    assert load_settings(["--max-batch-size", "8"]).max_batch_size == 8
+    assert load_settings([], os.environ).max_batch_size == 16
+    assert load_settings(["--max-batch-size", "8"], os.environ).max_batch_size == 8
 
 
 @pytest.mark.parametrize(
@@ -53,16 +54,16 @@ def test_env_then_flag_precedence(model: Path, monkeypatch: pytest.MonkeyPatch) 
 )
 def test_bad_value_names_the_setting(model: Path, flags: list[str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
-        load_settings(["--model-path", str(model), *flags])
+        load_settings(["--model-path", str(model), *flags], os.environ)
 
 
 def test_missing_model_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="model_path"):
-        load_settings(["--model-path", str(tmp_path / "absent.onnx")])
+        load_settings(["--model-path", str(tmp_path / "absent.onnx")], os.environ)
 
 
 def test_settings_are_frozen(model: Path) -> None:
-    s = load_settings(["--model-path", str(model)])
+    s = load_settings(["--model-path", str(model)], os.environ)
     with pytest.raises(Exception, match="frozen"):
         s.max_batch_size = 2  # type: ignore[misc]
 
@@ -104,19 +105,19 @@ def test_kubernetes_service_links_and_the_tools_cache_are_not_mistakes(
         "STREAMINFER_PORT_9400_TCP_PROTO",
     ):
         monkeypatch.setenv(name, "1")
-    assert load_settings(["--model-path", str(model)]).max_batch_size == 64
+    assert load_settings(["--model-path", str(model)], os.environ).max_batch_size == 64
 
 
 def test_a_bad_value_is_named_as_flag_and_variable(model: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"max_batch_size \(--max-batch-size, STREAMINFER_MAX_BATCH_SIZE\): Input"):
-        load_settings(["--model-path", str(model), "--max-batch-size", "0"])
+        load_settings(["--model-path", str(model), "--max-batch-size", "0"], os.environ)
     with pytest.raises(ConfigError, match=r"model_path \(--model-path, STREAMINFER_MODEL_PATH\): model_path '.*absent"):
-        load_settings(["--model-path", str(tmp_path / "absent.onnx")])
+        load_settings(["--model-path", str(tmp_path / "absent.onnx")], os.environ)
 
 
 def test_help_tells_the_environment_prefix_and_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        load_settings(["--help"])
+        load_settings(["--help"], os.environ)
     text = capsys.readouterr().out
     assert "[env: STREAMINFER_MAX_BATCH_SIZE]" in text
     assert "Exit codes: 0 clean stop" in text

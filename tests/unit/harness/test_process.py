@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def test_settings_become_the_flags_the_consumer_parses(tmp_path: Path) -> None:
     assert "--no-flush-when-caught-up" in argv
     assert "--log-json" in argv
     assert "--group-id" not in argv  # None: left to the default
-    settings = load_settings(argv[3:])
+    settings = load_settings(argv[3:], os.environ)
     assert settings.model_path == model
     assert settings.max_batch_size == 8
     assert settings.flush_when_caught_up is False

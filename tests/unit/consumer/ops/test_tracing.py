@@ -15,7 +15,7 @@ from consumer.errors import ConfigError
 from consumer.ops.tracing import Tracing, from_environment, wanted
 from consumer.schema import ModelSignature
 from tests.unit.fakes import FakeClock
-from tests.unit.harness import Harness, digits_value
+from tests.unit.wired import Wired, digits_value
 
 TRACE_IDS = ["4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"]
 PARENT = "00f067aa0ba902b7"
@@ -32,7 +32,7 @@ async def test_a_batch_span_links_every_request_and_each_record_continues_its_tr
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
 ) -> None:
     tracing, exporter = traced(clock)
-    h = Harness(tmp_path, digits_signature, clock, tracing=tracing)
+    h = Wired(tmp_path, digits_signature, clock, tracing=tracing)
     await h.start(partitions=(0,))
     headers = [[("traceparent", f"00-{t}-{PARENT}-01".encode())] for t in TRACE_IDS] + [[], []]
     h.send(0, [digits_value(), digits_value(), digits_value(), b"not json"], headers)
@@ -63,7 +63,7 @@ async def test_a_batch_span_links_every_request_and_each_record_continues_its_tr
 async def test_without_tracing_nothing_is_traced(
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
 ) -> None:
-    h = Harness(tmp_path, digits_signature, clock)
+    h = Wired(tmp_path, digits_signature, clock)
     await h.start(partitions=(0,))
     h.send(0, [digits_value()], [[("traceparent", f"00-{TRACE_IDS[0]}-{PARENT}-01".encode())]])
     await h.until(lambda: h.committed(0) == 1)

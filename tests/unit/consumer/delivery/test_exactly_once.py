@@ -12,18 +12,18 @@ from aiokafka.errors import KafkaTimeoutError, RecordTooLargeError
 
 from consumer.schema import ModelSignature
 from tests.unit.fakes import FakeClock, FakeProducer, Written
-from tests.unit.harness import RESULTS, Harness, digits_value, source_of
+from tests.unit.wired import RESULTS, Wired, digits_value, source_of
 
 pytestmark = pytest.mark.asyncio
 
 WINDOW_MS = 100
 
 
-def eos(tmp_path: Path, signature: ModelSignature, clock: FakeClock, **settings: object) -> Harness:
-    return Harness(tmp_path, signature, clock, delivery="exactly_once", commit_interval_ms=WINDOW_MS, **settings)
+def eos(tmp_path: Path, signature: ModelSignature, clock: FakeClock, **settings: object) -> Wired:
+    return Wired(tmp_path, signature, clock, delivery="exactly_once", commit_interval_ms=WINDOW_MS, **settings)
 
 
-def txn_producer(h: Harness, partition: int) -> FakeProducer:
+def txn_producer(h: Wired, partition: int) -> FakeProducer:
     name = f"streaminfer-txn-{partition}"
     return [p for p in h.clients.producers if p.name == name][-1]
 

@@ -1,11 +1,9 @@
-"""Logs and readiness an operator can trust: the Kafka client's noise bounded, one line per outage and one per
-recovery, /readyz false while the cluster does not answer, "serving" only once the group is joined. No broker, no
-sleeping: fake clocks throughout."""
+"""The broker link (consumer/kafka/link.py) on a fake clock: outages logged once, readiness and liveness while the
+cluster is silent."""
 
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 from pathlib import Path
 
@@ -15,61 +13,9 @@ from aiokafka.errors import KafkaConnectionError
 from prometheus_client import CollectorRegistry, Gauge
 
 from consumer.kafka.link import BrokerLink
-from consumer.ops.logs import CLIENT_LOG_INTERVAL_S, ClientLogLimiter
 from consumer.schema import ModelSignature
 from tests.unit.fakes import FakeClock
-from tests.unit.harness import Harness
-
-
-def limited_logger(limiter: ClientLogLimiter, name: str = "aiokafka") -> tuple[logging.Logger, io.StringIO]:
-    out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    handler.addFilter(limiter)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    logger = logging.getLogger(f"{name}.test-{id(limiter)}")
-    logger.handlers = [handler]
-    logger.propagate = False
-    logger.setLevel(logging.DEBUG)
-    return logger, out
-
-
-def test_client_errors_pass_once_per_template_per_window_then_say_how_many_were_held() -> None:
-    now = [0.0]
-    limiter = ClientLogLimiter(clock=lambda: now[0])
-    logger, out = limited_logger(limiter)
-    for i in range(1000):  # an outage: the same failure, again and again, for many nodes
-        logger.error("Unable connect to node with id %s: %s", i % 3, "Connect call failed")
-        logger.error("Unable to update metadata from %s", [1])
-        now[0] += 0.02  # 20 s in all
-    lines = out.getvalue().splitlines()
-    assert lines == [
-        f"ERROR aiokafka.test-{id(limiter)}: Unable connect to node with id 0: Connect call failed",
-        f"ERROR aiokafka.test-{id(limiter)}: Unable to update metadata from [1]",
-    ]
-    assert limiter.held_total == 1998
-    now[0] += CLIENT_LOG_INTERVAL_S
-    logger.error("Unable connect to node with id %s: %s", 2, "Connect call failed")
-    last = out.getvalue().splitlines()[-1]
-    assert last.endswith("Unable connect to node with id 2: Connect call failed [999 more like this in the last 50 s "
-                         "not logged]")  # fmt: skip
-
-
-def test_records_of_other_loggers_are_never_held() -> None:
-    limiter = ClientLogLimiter(clock=lambda: 0.0)
-    logger, out = limited_logger(limiter, name="consumer")
-    for _ in range(50):
-        logger.warning("publish failed, retrying")
-    assert len(out.getvalue().splitlines()) == 50
-    assert limiter.held_total == 0
-
-
-def test_a_fresh_clusters_coordinator_wait_is_not_an_error() -> None:
-    limiter = ClientLogLimiter(clock=lambda: 0.0)
-    logger, out = limited_logger(limiter)
-    logger.error("Group Coordinator Request failed: %s", "[Error 15] GroupCoordinatorNotAvailableError")
-    logger.error("Failed fetch messages from %s: %s", 1, "NodeNotReadyError")
-    assert out.getvalue().splitlines()[0].startswith("INFO ")
-    assert out.getvalue().splitlines()[1].startswith("ERROR ")
+from tests.unit.wired import Wired
 
 
 async def settle() -> None:
@@ -147,7 +93,7 @@ async def test_the_consumer_watches_the_link_and_says_serving_once_joined(
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="consumer")
-    h = Harness(tmp_path, digits_signature, clock)
+    h = Wired(tmp_path, digits_signature, clock)
     await h.app.start()
     assert not [r for r in caplog.records if "serving" in r.getMessage()]  # started, not yet in the group
     await h.consumer.assign({TopicPartition("requests", 0), TopicPartition("requests", 1)})
@@ -172,7 +118,7 @@ async def test_the_consumer_watches_the_link_and_says_serving_once_joined(
 async def test_readiness_turns_false_while_the_cluster_does_not_answer(
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
 ) -> None:
-    h = Harness(tmp_path, digits_signature, clock)
+    h = Wired(tmp_path, digits_signature, clock)
     await h.start()
     assert h.app.readiness() == (True, "ready")
     h.consumer.topics_error = KafkaConnectionError("Connect call failed")
@@ -190,7 +136,7 @@ async def test_readiness_turns_false_while_the_cluster_does_not_answer(
 async def test_liveness_fails_once_the_cluster_is_silent_for_the_stall_timeout(
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
 ) -> None:
-    h = Harness(tmp_path, digits_signature, clock, stall_timeout_s=30)
+    h = Wired(tmp_path, digits_signature, clock, stall_timeout_s=30)
     await h.start()
     await h.until_in_time(lambda: clock.sleepers > 0)  # the link's first check is waiting
     clock.advance_ms(31_000)

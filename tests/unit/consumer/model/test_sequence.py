@@ -14,7 +14,7 @@ from consumer.batcher import MicroBatcher
 from consumer.errors import DeadLetterReason, RecordError
 from consumer.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, BatchRunner
 from consumer.model.buffers import BatchBuffers
-from consumer.model.runner import CPU, CUDA, OnnxRunner
+from consumer.model.runner import OnnxRunner
 from consumer.model.sequence import (
     CPU_BUCKETS,
     TextEncoder,
@@ -23,6 +23,7 @@ from consumer.model.sequence import (
     input_ranges,
     length_buckets,
 )
+from consumer.model.session import CPU, CUDA
 from consumer.oip.client import decode_response, encode_request, encode_request_binary
 from consumer.oip.decode import decode_request
 from consumer.oip.encode import encode_response, encode_response_binary

@@ -1,0 +1,232 @@
+"""Building an ONNX Runtime session: execution providers (CUDA when a GPU is present, TensorRT, CPU), session
+options, a float16 copy for the GPU, and the model's signature read from the graph and its metadata.
+
+What runs the session is :class:`consumer.model.runner.OnnxRunner`; this module only opens it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from consumer.errors import ModelError
+from consumer.model.compat import FIX_EXTERNAL_DATA, input_spec, is_zipmap, load_fix, output_spec, static_batch
+from consumer.model.sequence import GPU_BUCKETS, detect, input_ranges
+from consumer.model.vision import preprocessing
+from consumer.schema import ModelSignature
+
+log = logging.getLogger(__name__)
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+
+#: settings name -> onnxruntime.GraphOptimizationLevel (a function of the module: onnxruntime is imported late).
+OPTIMIZATION_LEVELS: dict[str, Callable[[Any], Any]] = {
+    "disable": lambda ort: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": lambda ort: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+@dataclass(frozen=True)
+class OpenSession:
+    """An ONNX Runtime session and what was read from it.
+
+    Attributes:
+        session: the ``onnxruntime.InferenceSession``.
+        signature: the model's inputs and outputs (every output taken as batched until the runner probes it).
+        zipmaps: names of the outputs that are skl2onnx ZipMaps (sequences of maps, read by the runner's reader).
+        provider: the execution provider actually active.
+        device_id: the CUDA device index when ``provider`` is CUDA or TensorRT; 0 otherwise.
+    """
+
+    session: Any
+    signature: ModelSignature
+    zipmaps: set[str]
+    provider: str
+    device_id: int
+
+
+def open_session(
+    path: Path,
+    *,
+    execution_provider: Literal["auto", "cuda", "cpu"] = "auto",
+    require_gpu: bool = False,
+    intra_op_threads: int = 0,
+    inter_op_threads: int = 0,
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all",
+    tensorrt: bool = False,
+    trt_engine_cache_dir: Path | None = None,
+    fp16: bool = False,
+    max_batch_size: int = 64,
+    model_name: str | None = None,
+    model_version: str | None = None,
+    image_preprocessing: str | None = None,
+) -> OpenSession:
+    """Create the session and read the signature (sequence layout, value ranges, image preprocessing) from the graph.
+
+    ``auto`` asks for CUDA when the installed onnxruntime offers it and a GPU is visible, and falls back to
+    CPU; ONNX Runtime drops a provider it cannot initialise without raising (it logs a warning and runs on
+    CPU), so the active provider is read back from the session and logged.
+
+    Args:
+        tensorrt: put the TensorRT provider before CUDA, with an engine cache in ``trt_engine_cache_dir`` and
+            explicit profile shapes from 1 row x 1 token to ``max_batch_size`` rows x the longest sequence.
+        fp16: GPU only: serve a float16 copy of the graph (ONNX Runtime's converter, float32 inputs and
+            outputs kept); with TensorRT, its FP16 mode instead.
+        max_batch_size: the largest batch in rows, for TensorRT's profile shapes.
+        image_preprocessing: image models: the preprocessing declaration (JSON, :mod:`consumer.model.vision`),
+            overriding the model metadata's.
+
+    Raises:
+        ModelError: the file cannot be loaded (external-data weights missing beside it included), an input or
+            output cannot be served (:mod:`consumer.model.compat`: the message names it and the export option that
+            fixes it), the metadata is malformed, or ``require_gpu`` / ``execution_provider=cuda`` / ``tensorrt`` /
+            ``fp16`` is set and CUDA (or TensorRT) is not active.
+        ConfigError: ``image_preprocessing`` does not fit the model (:func:`consumer.model.vision.preprocessing`).
+    """
+    import onnxruntime as ort  # heavy import, kept off unit tests that use fakes
+
+    available = ort.get_available_providers()
+    gpu_wanted = execution_provider == "cuda" or require_gpu or tensorrt or fp16
+    if execution_provider == "cpu":
+        names = [CPU]
+    elif gpu_wanted:
+        if CUDA not in available:
+            raise ModelError(f"a GPU was asked for: this onnxruntime offers only {available}")
+        names = [CUDA, CPU]
+    else:  # auto: CUDA only where a GPU is really present, so CPU machines start without CUDA load errors
+        names = [CUDA, CPU] if CUDA in available and gpu_count() > 0 else [CPU]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = inter_op_threads
+    options.graph_optimization_level = OPTIMIZATION_LEVELS[graph_optimization_level](ort)
+    providers: list[Any] = list(names)
+    model: str | bytes = str(path)
+    if tensorrt:
+        if TENSORRT not in available:
+            raise ModelError(f"tensorrt=true: this onnxruntime offers only {available}")
+        planned, _ = _signature(
+            _open(ort, model, ort.SessionOptions(), [CPU]), path, model_name, model_version, image_preprocessing
+        )
+        providers.insert(0, (TENSORRT, _trt_options(planned, max_batch_size, trt_engine_cache_dir, fp16)))
+    elif fp16 and names[0] == CUDA:
+        model = _float16(path)
+    session = _open(ort, model, options, providers)
+    active = session.get_providers()[0]
+    log.info("execution providers: asked %s, active %s", [p if isinstance(p, str) else p[0] for p in providers], active)
+    if gpu_wanted and active not in (CUDA, TENSORRT):
+        raise ModelError(f"a GPU execution provider was requested but ONNX Runtime is running on {active}")
+    if tensorrt and active != TENSORRT:
+        raise ModelError(f"tensorrt=true but ONNX Runtime is running on {active}")
+    signature, zipmaps = _signature(session, path, model_name, model_version, image_preprocessing)
+    device_id = int(session.get_provider_options().get(active, {}).get("device_id", 0))
+    log.info("model %s v%s loaded on %s", signature.name, signature.version, active)
+    return OpenSession(session, signature, zipmaps, active, device_id)
+
+
+def _open(ort: Any, model: str | bytes, options: Any, providers: list[Any]) -> Any:
+    try:
+        return ort.InferenceSession(model, sess_options=options, providers=providers)
+    except Exception as exc:
+        if "external data" in str(exc).lower():
+            raise ModelError(
+                f"cannot load model: its external-data weights are missing: {exc}; {FIX_EXTERNAL_DATA}"
+            ) from exc
+        fix = load_fix(str(exc))
+        raise ModelError(f"cannot load model: {exc}" + (f"; {fix}" if fix else "")) from exc
+
+
+def _signature(
+    session: Any, path: Path, model_name: str | None, model_version: str | None, image: str | None = None
+) -> tuple[ModelSignature, set[str]]:
+    """The session's inputs and outputs, with the sequence layout, value ranges and image preprocessing
+    (``image`` overriding its metadata's, :func:`consumer.model.vision.preprocessing`) from its metadata, and the
+    names of its ZipMap outputs. Outputs are all taken as batched until :meth:`OnnxRunner.probe` runs.
+
+    Raises:
+        ModelError: an input or output :mod:`consumer.model.compat` cannot serve, inputs that disagree on the batch
+            axis, malformed metadata.
+    """
+    custom: dict[str, str] = dict(session.get_modelmeta().custom_metadata_map)
+    inputs = tuple(input_spec(i.name, i.type, i.shape) for i in session.get_inputs())
+    outputs = tuple(output_spec(o.name, o.type, o.shape) for o in session.get_outputs())
+    zipmaps = {o.name for o in session.get_outputs() if is_zipmap(o.type)}
+    plain = ModelSignature(
+        name=model_name or custom.get("model_name") or path.stem,
+        version=model_version or custom.get("model_version") or "1",
+        inputs=inputs,
+        outputs=outputs,
+        static_batch=static_batch(inputs),
+    )
+    return (
+        replace(
+            plain,
+            sequence=detect(plain, custom),
+            ranges=input_ranges(custom),
+            image=preprocessing(plain, custom, image),
+        ),
+        zipmaps,
+    )
+
+
+def _trt_options(signature: ModelSignature, max_rows: int, cache_dir: Path | None, fp16: bool) -> dict[str, Any]:
+    """TensorRT provider options: engine cache, FP16, and explicit profile shapes per input (min 1 row and
+    1 token, opt and max ``max_rows`` rows and the longest sequence) so engines are not rebuilt per new shape."""
+    inputs = signature.inputs
+    longest = signature.sequence.max_length if signature.sequence is not None else GPU_BUCKETS[-1]
+
+    def shapes(rows: int, tokens: int) -> str:
+        return ",".join(
+            f"{s.name}:"
+            + "x".join(str(d if d is not None else (rows if i == 0 else tokens)) for i, d in enumerate(s.shape))
+            for s in inputs
+        )
+
+    cache = cache_dir or Path(".cache/trt")
+    cache.mkdir(parents=True, exist_ok=True)
+    return {
+        "trt_engine_cache_enable": True,
+        "trt_engine_cache_path": str(cache),
+        "trt_fp16_enable": fp16,
+        "trt_profile_min_shapes": shapes(1, 1),
+        "trt_profile_opt_shapes": shapes(max_rows, min(128, longest)),
+        "trt_profile_max_shapes": shapes(max_rows, longest),
+    }
+
+
+def _float16(path: Path) -> bytes:
+    """A float16 copy of the model with float32 inputs and outputs (ONNX Runtime's own converter).
+
+    Raises:
+        ModelError: the onnx package is missing or the conversion fails.
+    """
+    try:
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+    except ImportError as exc:
+        raise ModelError(f"fp16 needs the onnx package: {exc}") from None
+    try:
+        converted = convert_float_to_float16(onnx.load(str(path)), keep_io_types=True)
+    except Exception as exc:
+        raise ModelError(f"fp16 conversion of {str(path)!r} failed: {exc}") from exc
+    return bytes(converted.SerializeToString())
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs visible through NVML (nvidia-ml-py); 0 without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 (NVMLError, ImportError: no driver, no library)
+        return 0

@@ -1,0 +1,31 @@
+"""The committer (consumer/delivery/committer.py) in a consumer wired to fakes: commits never pass the first
+unacknowledged answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from consumer.schema import ModelSignature
+from tests.unit.fakes import FakeClock
+from tests.unit.wired import Wired, digits_value, source_of
+
+
+async def test_commit_never_passes_the_first_unacknowledged_answer(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Wired(tmp_path, digits_signature, clock)
+    h.cluster.policy = "hold"
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value() for _ in range(10)])
+    await h.until(lambda: sum(len(b) for _, _, b in h.cluster.held) == 10)
+    holds_3 = lambda batch: any(source_of(w) == (0, 3) for w in batch)  # noqa: E731
+    assert h.cluster.settle(where=lambda batch: not holds_3(batch)) > 0
+    await h.idle()
+    committed = h.committed(0)
+    assert committed is not None
+    assert committed <= 3  # answers after offset 3 are acknowledged, 3 is not
+    assert h.app.lag == 10 - h.committed(0)
+    h.cluster.settle()
+    await h.until(lambda: h.committed(0) == 10)
+    await h.until(lambda: h.app.lag == 0)
+    await h.stop()

@@ -1,0 +1,140 @@
+"""The requests source (consumer/kafka/source.py) in a consumer wired to fakes: backpressure pauses fetching, lag
+without progress, a lone record released at once, a missing topic stops start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+
+from consumer.schema import ModelSignature
+from tests.unit.fakes import FakeClock
+from tests.unit.wired import Wired, digits_value
+
+
+async def test_backpressure_pauses_fetching_while_in_flight_rows_are_full(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Wired(tmp_path, digits_signature, clock, max_in_flight_rows=8)
+    h.cluster.policy = "hold"
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value() for _ in range(20)])
+    await h.until(lambda: h.app.in_flight_rows == 8)
+    await h.idle()
+    assert h.app.in_flight_rows == 8  # fetched no further
+    assert h.consumer.paused() == {TopicPartition("requests", 0)}
+    assert h.metrics.registry.get_sample_value("streaminfer_partitions_paused") == 1
+    fetches = h.consumer.fetches
+    clock.advance_ms(h.settings.fetch_timeout_ms)  # fetch calls go on while paused: the member stays
+    await h.until(lambda: h.consumer.fetches > fetches)
+    h.cluster.policy = "ack"
+    h.cluster.settle()
+    await h.until(lambda: len(h.results()) == 20)
+    assert h.consumer.paused() == set()
+    assert h.metrics.registry.get_sample_value("streaminfer_partitions_paused") == 0
+    await h.until(lambda: h.committed(0) == 20)
+    await h.stop()
+
+
+async def test_a_lagging_consumer_without_progress_is_not_alive(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Wired(tmp_path, digits_signature, clock, stall_timeout_s=30)
+    h.cluster.policy = "hold"  # nothing is acknowledged, so nothing is committed
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value() for _ in range(5)])
+    await h.until(lambda: sum(len(b) for _, _, b in h.cluster.held) == 5)
+    assert h.app.liveness() == (True, "ok")
+    clock.advance_ms(31_000)
+    await h.idle()
+    alive, reason = h.app.liveness()
+    assert not alive
+    assert reason.startswith("stalled: lag 5 records")
+    h.cluster.settle()
+    await h.until(lambda: h.committed(0) == 5)
+    assert h.app.liveness() == (True, "ok")
+    await h.stop()
+
+
+@pytest.mark.parametrize("flush", [True, False])
+async def test_a_lone_record_is_not_held_for_the_batch_delay_once_the_fetch_caught_up(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock, flush: bool
+) -> None:
+    h = Wired(tmp_path, digits_signature, clock, max_batch_delay_ms=60_000, flush_when_caught_up=flush)
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value()])
+    await h.idle()
+    assert len(h.results()) == (1 if flush else 0)  # no time passed: only a release can have flushed it
+    await h.stop()
+    assert len(h.results()) == 1
+
+
+async def test_a_fetch_that_left_records_behind_does_not_release_the_batcher(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Wired(tmp_path, digits_signature, clock, max_batch_delay_ms=60_000, max_batch_size=64, fetch_max_records=2)
+    await h.start(partitions=(0,))
+    source = h.app.stages.source if h.app.stages is not None else None
+    assert source is not None
+    tp = TopicPartition("requests", 0)
+    h.send(0, [digits_value() for _ in range(3)])
+    fetched = {tp: [type("R", (), {"offset": 1})()]}
+    assert not source.caught_up(fetched, asked=1)  # as many as asked: the client may hold more
+    assert not source.caught_up(fetched, asked=5)  # offset 1 of 3: the broker holds more
+    assert source.caught_up({tp: [type("R", (), {"offset": 2})()]}, asked=5)
+    await h.until(lambda: len(h.results()) == 3)  # fetched 2, then the last 1 (caught up): all released
+    await h.stop()
+
+
+async def test_a_topic_that_does_not_exist_stops_start_up(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from consumer.errors import TopicMissingError
+
+    h = Wired(tmp_path, digits_signature, clock)
+    h.consumer.existing = {"results", "dlq"}
+    start = asyncio.ensure_future(h.app.start())
+    await h.idle()
+    assert not start.done()  # a topic made a moment ago may not be in the metadata yet: it waits a little
+    clock.advance_ms(2_000)
+    await h.idle()
+    h.consumer.existing = {"requests", "results", "dlq"}  # created meanwhile: start-up goes on
+    clock.advance_ms(250)
+    await h.until(start.done)
+    await h.stop()
+    late = Wired(tmp_path, digits_signature, clock)
+    late.consumer.existing = {"results", "dlq"}
+    start = asyncio.ensure_future(late.app.start())
+    for _ in range(30):  # 7.5 s of fake time, past the 5 s wait
+        clock.advance_ms(250)
+        await late.idle(20)
+    with pytest.raises(TopicMissingError, match="requests_topic 'requests' does not exist"):
+        await start
+    # answers need their topics as much: a missing results or dead-letter topic stops start-up too, named
+    for gone, setting in (("results", "results_topic 'results'"), ("dlq", "dead_letter_topic 'dlq'")):
+        other = Wired(tmp_path, digits_signature, clock)
+        other.consumer.existing = {"requests", "results", "dlq"} - {gone}
+        start = asyncio.ensure_future(other.app.start())
+        for _ in range(30):
+            clock.advance_ms(250)
+            await other.idle(20)
+        with pytest.raises(TopicMissingError, match=f"^{setting} does not exist"):
+            await start
+    none = Wired(tmp_path, digits_signature, clock)
+    none.consumer.existing = set()
+    start = asyncio.ensure_future(none.app.start())
+    for _ in range(30):
+        clock.advance_ms(250)
+        await none.idle(20)
+    all_three = "requests_topic 'requests', results_topic 'results', dead_letter_topic 'dlq' do not exist"
+    with pytest.raises(TopicMissingError, match=f"^{all_three} on the cluster: create them"):
+        await start
+    allowed = Wired(tmp_path, digits_signature, clock, allow_auto_create_topics=True)
+    allowed.consumer.existing = {"requests", "results"}
+    with caplog.at_level(logging.WARNING, logger="consumer.kafka.source"):
+        await allowed.start()  # asked for: starts, and says what is missing
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["dead_letter_topic 'dlq' does not exist yet"]
+    await allowed.stop()

@@ -1,0 +1,53 @@
+"""The inference stage (consumer/inference.py) in a consumer wired to fakes: out-of-memory batches retried whole after a
+backoff, then bisected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from consumer.schema import ModelSignature
+from tests.unit.fakes import FakeClock
+from tests.unit.wired import INFERENCE_OOM, Wired, digits_value, in_offset_order, per_destination
+
+#: The CUDA execution provider's message when a batch does not fit in GPU memory.
+CUDA_OOM = (
+    "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running MatMul node. "
+    "CUDA failure 2: out of memory ; GPU=0"
+)
+
+
+async def test_an_out_of_memory_batch_is_run_again_after_a_backoff_and_answered_whole(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Wired(tmp_path, digits_signature, clock, inference_retries=3, retry_backoff_ms=100, retry_backoff_max_ms=150)
+    failures = iter([True, True])
+    h.session.fail_when = lambda feeds: next(failures, False)
+    h.session.fail_with = CUDA_OOM
+    await h.start(partitions=(0,))
+    started = clock()
+    h.send(0, [digits_value() for _ in range(4)])
+    await h.until_in_time(lambda: len(h.results()) == 4, step_ms=10)
+    assert clock() - started >= 0.1 + 0.15  # 100 ms, then 200 ms capped at 150, on the injected clock
+    assert h.session.batches == [4, 4, 4]  # the same batch, whole: no bisection
+    assert h.dead_letters() == []
+    assert h.metrics.registry.get_sample_value("streaminfer_retries_total", INFERENCE_OOM) == 2
+    assert h.metrics.registry.get_sample_value("streaminfer_batch_failures_total") == 0
+    assert all(in_offset_order(answers) for answers in per_destination(h.handed_over()).values())
+    await h.stop()
+
+
+async def test_a_record_that_keeps_running_out_of_memory_is_dead_lettered_alone_once_retries_are_spent(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Wired(tmp_path, digits_signature, clock, inference_retries=1, retry_backoff_ms=10)
+    h.session.fail_when = lambda feeds: bool((feeds["input"][:, 63] == 9).any())
+    h.session.fail_with = CUDA_OOM
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value(), digits_value(), digits_value(marker=9.0), digits_value()])
+    await h.until_in_time(lambda: len(h.results()) + len(h.dead_letters()) == 4, step_ms=10)
+    assert h.reasons() == {(0, 2): "inference_error"}
+    assert len(h.results()) == 3
+    # One retry at each level the culprit's batch failed: 4 rows, then its half, then alone.
+    assert h.metrics.registry.get_sample_value("streaminfer_retries_total", INFERENCE_OOM) == 3
+    assert all(in_offset_order(answers) for answers in per_destination(h.handed_over()).values())
+    await h.stop()
