@@ -1,8 +1,32 @@
-"""One fetched record on its way to an answer, as every stage sees it.
+"""One fetched record on its way to an answer, as every stage sees it: :class:`Work`, and the request it carries.
 
-A :class:`Work` is made by the intake for every fetched record, in fetch order, and carries either a validated
-request or the error that dead-letters it. Inference fills ``result`` (or ``error``); the publisher writes the
-answer and, once the broker acknowledged it, marks the record done in its partition's offsets.
+A :class:`Work` is made by the intake for every fetched record, in fetch order. Its states, the stage that moves
+it along each arrow, and the fields that show each state::
+
+    fetched --intake.Intake.decode--> decoded (request set)  ---------------------------+
+       |                                                                                |
+       +--intake--> decoded as a dead letter (error set, request None, answered True)   |
+                                                                                        v
+    queued: stages.Stages.queue puts it in the micro-batcher (batcher.MicroBatcher) by its request's shape
+       |
+       +--inference.BatchRunner--> inferred: result set (result_json_length for a binary answer),
+       |                           or error set (bisection: inference_error; non_finite_output)
+       v
+    answered: at_least_once: delivery.publisher.Publisher.answered sets ``answered``; the answer is written once
+       |      every earlier record of its partition is answered too (``order``: :class:`PartitionOrder`).
+       |      exactly_once: the window writes a fetched chunk, in offset order, once all its micro-batches ran
+       +--delivery.publisher.SizeLadder--> still answered, rewritten: ``solo`` (sent alone), then error
+       |                                   result_too_large with ``reduced`` (the reduced dead letter)
+       v
+    acknowledged: the broker acknowledged its result or dead letter (``acked``; exactly_once: its transaction
+       |          committed)
+       v
+    committed: ``offsets.done(offset)`` (delivery.at_least_once / delivery.exactly_once), then the committer
+               (or the transaction's offsets) commits past it once every earlier offset is done too
+               (:mod:`consumer.offsets`)
+
+A revoke drops work of the partition that is not yet acknowledged (``PartitionOrder.live`` False): it is fetched
+and answered again by the partition's next owner.
 """
 
 from __future__ import annotations
@@ -159,7 +183,7 @@ class Work:
         offsets: its partition's offsets of this assignment; ``done`` once the answer is acknowledged.
         correlation_id: echoed on the answer, byte-for-byte.
         request: the validated request, or None for a record to dead-letter.
-        error: why it is dead-lettered (set at decode, by inference or by the size ladder).
+        error: why it is dead-lettered (set at decode by the intake, by inference, or by the size ladder).
         rows: rows it holds against ``max_in_flight_rows`` (a dead letter counts 1).
         result: the encoded response once inferred; None for a dead letter.
         result_json_length: binary data extension responses: the JSON part's length, bytes.
