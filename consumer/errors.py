@@ -40,8 +40,10 @@ from aiokafka.errors import (
 class DeadLetterReason(StrEnum):
     """The fixed, documented set of machine-readable dead-letter reasons.
 
-    The value is written to the dead letter's ``streaminfer.error.reason`` header (and, Kafka Connect style,
-    ``__connect.errors.reason``). New reasons are added here and in README.md only.
+    The value is written to the dead letter's ``streaminfer.error.reason`` header (the readable message and the
+    exception class go to Kafka Connect's ``__connect.errors.exception.message`` and ``.class.name``:
+    :mod:`consumer.oip.records`). New reasons are added here and in the reasons table of docs/contract.md, which
+    names the function that assigns each (a doc test checks both).
     """
 
     INVALID_JSON = "invalid_json"

@@ -1,6 +1,6 @@
 """A fetched chunk -> one :class:`~consumer.work.Work` per record: tracked, decoded, validated.
 
-Records are decoded chunk by chunk (:func:`consumer.oip.decode.decode_chunk`: records declaring the same inputs
+Records are decoded chunk by chunk (:func:`consumer.oip.chunk.decode_chunk`: records declaring the same inputs
 are parsed into one array and checked together). Text is tokenized in a decode thread (the Rust tokenizer releases
 the GIL), so a chunk of large texts never holds up the event loop (heartbeats, produces, ``/healthz``'s loop
 check); images likewise, that thread waiting on :class:`~consumer.model.vision.ImageEncoder`'s pool while it decodes

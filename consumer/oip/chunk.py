@@ -1,6 +1,11 @@
 """A fetched chunk of request values -> validated requests, with the same outcome, record for record, as
 :func:`consumer.oip.decode.decode_one`, at a fraction of its cost per record.
 
+Each record's headers are read once (:func:`consumer.oip.forms.classify`: JSON, binary extension or protobuf) and
+the record is dispatched on its form: a JSON or binary record may join a group (below); a protobuf record, an empty
+or oversized value, a record whose header is malformed, and any record the fast path cannot take is decoded on its
+own (:func:`consumer.oip.decode.decode_form`) with the form already known.
+
 Every plain JSON request (no binary data extension) is parsed with ``orjson``; records that declare the same
 ``(datatype, shape)`` for every input form a *group*, whose inputs are each parsed into one numpy array
 ``[records x rows, ...]`` and checked with one set of reductions (range, exactness, the model's value ranges). A
@@ -28,10 +33,10 @@ import numpy as np
 import orjson
 
 from consumer.errors import RecordError, ValidationError
-from consumer.oip.decode import decode_one, requested_outputs
-from consumer.oip.proto import CONTENT_TYPE_HEADER, SELDON_TYPE_HEADER, is_protobuf
+from consumer.oip.decode import decode_form, requested_outputs
+from consumer.oip.forms import JSON_FORM, RecordForm, classify
 from consumer.oip.validate import check_declaration, check_ranges, check_values
-from consumer.oip.wire import BINARY_HEADER, Headers, binary_header_length
+from consumer.oip.wire import Headers
 from consumer.schema import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 
@@ -46,11 +51,6 @@ _Binary = tuple[int, str | None, tuple[str, ...] | None, bool, memoryview]
 #: Integers above this are not exact in float64: a chunk holding them is decoded record by record (a float32
 #: input then gets each record's own int64 -> float32 cast, never float64 -> float32).
 EXACT_IN_FLOAT64 = 2**53
-
-_BINARY_HEADER_LENGTH = len(BINARY_HEADER)
-#: Headers that may mark a protobuf request (decoded record by record).
-_PROTOBUF_HEADERS = frozenset({SELDON_TYPE_HEADER, CONTENT_TYPE_HEADER})
-_PROTOBUF_HEADER_LENGTHS = frozenset(len(h) for h in _PROTOBUF_HEADERS)
 
 #: (datatype, shape) of every model input, in the model's input order: the records of one group stack.
 _GroupKey = tuple[tuple[str, tuple[int, ...]], ...]
@@ -82,53 +82,43 @@ def decode_chunk(
         One :class:`~consumer.oip.decode.DecodedRequest` (its ``inputs`` views of its group's ``block``) or
         :class:`~consumer.errors.RecordError` per record, in order.
     """
+    forms = [classify(h) for h in headers]
     if images is not None:
-        outcomes = [decode_one(v, h, signature, limits, images=images) for v, h in zip(values, headers, strict=True)]
+        outcomes = [decode_form(v, f, signature, limits, images=images) for v, f in zip(values, forms, strict=True)]
         images.finish(outcomes)
         return outcomes
     if signature.sequence is not None or text is not None:
-        return [decode_one(v, h, signature, limits, text) for v, h in zip(values, headers, strict=True)]
+        return [decode_form(v, f, signature, limits, text) for v, f in zip(values, forms, strict=True)]
     out: list[DecodedRequest | RecordError | None] = [None] * len(values)
     joined = b"\0".join([v for v in values if v])
     scan = b"true" in joined or b"false" in joined
     groups: dict[_GroupKey, list[_Parsed]] = {}
     binaries: dict[_GroupKey, list[_Binary]] = {}
-    for i, (value, hdrs) in enumerate(zip(values, headers, strict=True)):
-        if not value:
-            out[i] = decode_one(value, hdrs, signature, limits)
-        elif _plain(value, hdrs, limits, scan):
-            parsed = _parse_plain(i, value, signature)
-            if parsed is None:
-                out[i] = decode_one(value, hdrs, signature, limits)
-            else:
-                groups.setdefault(parsed[0], []).append(parsed[1])
-        else:
-            binary = _parse_binary(i, value, hdrs, signature, limits)
-            if binary is None:
-                out[i] = decode_one(value, hdrs, signature, limits)
-            else:
-                binaries.setdefault(binary[0], []).append(binary[1])
+    max_bytes = limits.max_record_bytes
+    for i, (value, form) in enumerate(zip(values, forms, strict=True)):
+        found: tuple[_GroupKey, Any] | None = None
+        if not value or len(value) > max_bytes:
+            pass
+        elif form is JSON_FORM:
+            if not (scan and (b"true" in value or b"false" in value)):
+                found = _parse_plain(i, value, signature)
+                if found is not None:
+                    groups.setdefault(found[0], []).append(found[1])
+                    continue
+        elif type(form) is RecordForm and form.json_length is not None:
+            found = _parse_binary(i, value, form.json_length, signature)
+            if found is not None:
+                binaries.setdefault(found[0], []).append(found[1])
+                continue
+        out[i] = decode_form(value, form, signature, limits)
     decoded: list[tuple[Sequence[tuple[int, Any, Any, Any, Any]], list[DecodedRequest] | None]] = [
         (members, _decode_group(key, members, signature, limits)) for key, members in groups.items()
     ]
     decoded += [(found, _decode_binary_group(key, found, signature, limits)) for key, found in binaries.items()]
     for members, requests in decoded:  # a group that failed a check: each of its records on its own
         for k, (i, *_) in enumerate(members):
-            out[i] = decode_one(values[i], headers[i], signature, limits) if requests is None else requests[k]
+            out[i] = decode_form(values[i], forms[i], signature, limits) if requests is None else requests[k]
     return out  # type: ignore[return-value]  # every slot is filled above
-
-
-def _plain(value: bytes, headers: Headers, limits: Limits, scan: bool) -> bool:
-    """Whether a record may take a fast path: a value within the size limit, no binary data extension header, not
-    protobuf, no ``true``/``false`` in its bytes (looked for when ``scan``)."""
-    if len(value) > limits.max_record_bytes or (scan and (b"true" in value or b"false" in value)):
-        return False
-    for header, _ in headers:
-        if len(header) == _BINARY_HEADER_LENGTH and header.lower() == BINARY_HEADER:
-            return False
-        if len(header) in _PROTOBUF_HEADER_LENGTHS and header.lower() in _PROTOBUF_HEADERS and is_protobuf(headers):
-            return False
-    return True
 
 
 # ------------------------------------------------------------------------------------------------ groups
@@ -190,19 +180,12 @@ def _parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_
     return tuple(key), (index, request_id, outputs, binary_output, data)
 
 
-def _parse_binary(
-    index: int, value: bytes, headers: Headers, signature: ModelSignature, limits: Limits
-) -> tuple[_GroupKey, _Binary] | None:
-    """Parse a binary-extension record of a one-input model if it is well formed: the length header, a JSON part
-    with one input object (name, shape, datatype, ``parameters.binary_data_size``, no ``data``) whose size is exactly
-    the bytes after the JSON part. None when anything is off (the record is then decoded on its own)."""
-    if len(signature.inputs) != 1 or len(value) > limits.max_record_bytes:
-        return None
-    try:
-        length = binary_header_length(headers)
-    except RecordError:
-        return None
-    if length is None or length > len(value):
+def _parse_binary(index: int, value: bytes, length: int, signature: ModelSignature) -> tuple[_GroupKey, _Binary] | None:
+    """Parse a binary-extension record of a one-input model if it is well formed: a JSON part of ``length`` bytes (its
+    header's value) with one input object (name, shape, datatype, ``parameters.binary_data_size``, no ``data``) whose
+    size is exactly the bytes after the JSON part. None when anything is off (the record is then decoded on its
+    own)."""
+    if len(signature.inputs) != 1 or length > len(value):
         return None
     envelope = _envelope(value[:length], signature)
     if envelope is None:

@@ -1,4 +1,5 @@
-"""Request value -> validated tensors, one record (:func:`decode_request`) or a fetched chunk (:func:`decode_chunk`).
+"""Request value -> validated tensors, one record: :func:`decode_request`, :func:`decode_form` (a record of a known
+form) and :func:`decode_one` (a record with its headers). A fetched chunk: :func:`consumer.oip.chunk.decode_chunk`.
 
 Request value (JSON, KServe V2 / Open Inference Protocol "inference request")::
 
@@ -35,8 +36,9 @@ import orjson
 
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import DecodeError, RecordError, ValidationError
+from consumer.oip.forms import Form, RecordForm, classify
 from consumer.oip.images import check_pixels, image_elements
-from consumer.oip.proto import is_protobuf, to_binary
+from consumer.oip.proto import to_binary
 from consumer.oip.validate import (
     check_declaration,
     check_ranges,
@@ -48,7 +50,7 @@ from consumer.oip.validate import (
     row_elements,
     split_bytes,
 )
-from consumer.oip.wire import BINARY_HEADER, Headers, binary_header_length
+from consumer.oip.wire import BINARY_HEADER, Headers
 from consumer.schema import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 
@@ -76,7 +78,7 @@ def decode_request(
         signature: the model's inputs and outputs.
         limits: size limits.
         json_length: binary data extension: the JSON part's length in bytes (from
-            :func:`~consumer.oip.wire.binary_header_length`); None for a plain JSON value.
+            :func:`consumer.oip.forms.classify`); None for a plain JSON value.
         text: tokenizer for text requests of a sequence model, or None when text is not served.
         images: image models: a request whose one input is the image input (BYTES or UINT8) is returned pending
             (its images checked but not decoded: :meth:`consumer.model.vision.ImageEncoder.finish` does that).
@@ -204,11 +206,29 @@ def decode_one(
     text: TextEncoder | None = None,
     images: ImageEncoder | None = None,
 ) -> DecodedRequest | RecordError:
-    """:func:`decode_request` of one record with its headers (binary extension length; a protobuf
-    ``ModelInferRequest``, transcoded first by :func:`consumer.oip.proto.to_binary`); the error is returned, not
-    raised."""
+    """:func:`decode_form` of one record with its headers (:func:`consumer.oip.forms.classify` reads them)."""
+    return decode_form(value, classify(headers), signature, limits, text, images)
+
+
+def decode_form(
+    value: bytes | None,
+    form: RecordForm | RecordError,
+    signature: ModelSignature,
+    limits: Limits,
+    text: TextEncoder | None = None,
+    images: ImageEncoder | None = None,
+) -> DecodedRequest | RecordError:
+    """:func:`decode_request` of one record of a known form: JSON, the binary extension (its JSON part's length) or a
+    protobuf ``ModelInferRequest`` (transcoded first by :func:`consumer.oip.proto.to_binary`); the error is returned,
+    not raised.
+
+    Args:
+        form: :func:`consumer.oip.forms.classify`'s answer for the record's headers (an error: returned as it is).
+    """
+    if not isinstance(form, RecordForm):
+        return form
     try:
-        if value and is_protobuf(headers):
+        if value and form.form is Form.PROTOBUF:
             if len(value) > limits.max_record_bytes:
                 raise DecodeError(
                     R.TOO_LARGE, f"record value is {len(value)} bytes; max_record_bytes is {limits.max_record_bytes}"
@@ -219,9 +239,7 @@ def decode_one(
             )
             request.protobuf = True
             return request
-        return decode_request(
-            value, signature, limits, json_length=binary_header_length(headers), text=text, images=images
-        )
+        return decode_request(value, signature, limits, json_length=form.json_length, text=text, images=images)
     except RecordError as err:
         return err
 

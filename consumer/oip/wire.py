@@ -11,30 +11,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from consumer.errors import DeadLetterReason, DecodeError
-
 #: Header carrying the correlation ID on requests (optional) and on every result and dead letter.
 CORRELATION_HEADER = "correlation_id"
 #: Header of a binary-extension record: the JSON part's length, bytes (the HTTP header name of OIP, lower case).
 BINARY_HEADER = "inference-header-content-length"
 
 Headers = Iterable[tuple[str, bytes | None]]
-
-
-def binary_header_length(headers: Headers) -> int | None:
-    """The ``inference-header-content-length`` header's value (JSON part of a binary-extension record), or None.
-
-    Raises:
-        DecodeError: invalid_request: the header is not a non-negative decimal integer.
-    """
-    for name, value in headers:
-        if name.lower() == BINARY_HEADER:
-            if not value or not value.isdigit() or len(value) > 12:  # ASCII digits only: no sign, space or "_"
-                raise DecodeError(
-                    DeadLetterReason.INVALID_REQUEST, f"header {BINARY_HEADER} is not a decimal length: {value!r:.40}"
-                )
-            return int(value)
-    return None
 
 
 def correlation_id(

@@ -27,7 +27,8 @@ from consumer.model.session import CPU, CUDA
 from consumer.oip.client import decode_response, encode_request, encode_request_binary
 from consumer.oip.decode import decode_request
 from consumer.oip.encode import encode_response, encode_response_binary
-from consumer.oip.wire import BINARY_HEADER, binary_header_length
+from consumer.oip.forms import Form, RecordForm, classify
+from consumer.oip.wire import BINARY_HEADER
 from consumer.ops.metrics import Metrics
 from consumer.schema import ModelSignature, TensorSpec
 from consumer.work import Limits
@@ -196,7 +197,10 @@ def test_binary_request_round_trip(digits_signature: ModelSignature) -> None:
     x = np.arange(128, dtype=np.float32).reshape(2, 64) / 7
     value, json_length = encode_request_binary("b", {"input": x}, binary_output=True)
     headers = [(BINARY_HEADER.upper(), str(json_length).encode())]
-    request = decode_request(value, digits_signature, LIMITS, json_length=binary_header_length(headers))
+    form = classify(headers)
+    assert isinstance(form, RecordForm)
+    assert form.form is Form.BINARY
+    request = decode_request(value, digits_signature, LIMITS, json_length=form.json_length)
     assert np.array_equal(request.inputs["input"], x)
     assert request.binary_output
     assert request.rows == 2
@@ -224,10 +228,14 @@ def test_binary_request_errors(digits_signature: ModelSignature) -> None:
     body["inputs"][0]["parameters"]["binary_data_size"] = 255
     head = orjson.dumps(body)
     assert reason_of(head + value[n:][:255], digits_signature, json_length=len(head)) == "shape_mismatch"
-    for bad in (b"12x", b"+104", b" 104 ", b"10_4", b"-1", b""):
-        with pytest.raises(RecordError) as info:
-            binary_header_length([("Inference-Header-Content-Length", bad)])
-        assert info.value.reason is DeadLetterReason.INVALID_REQUEST
+    for bad in (b"12x", b"+104", b" 104 ", b"10_4", b"-1", b"", None, b"1" * 13):
+        error = classify([("Inference-Header-Content-Length", bad)])
+        assert isinstance(error, RecordError)
+        assert error.reason is DeadLetterReason.INVALID_REQUEST
+    assert classify([("Inference-Header-Content-Length", b"1" * 12)]) == RecordForm(Form.BINARY, int(b"1" * 12))
+    # the first length header counts; a protobuf header wins over a malformed length
+    assert classify([(BINARY_HEADER, b"7"), (BINARY_HEADER, b"x")]) == RecordForm(Form.BINARY, 7)
+    assert classify([(BINARY_HEADER, b"x"), ("Seldon-Infer-Type", b"proto/InferModelRequest")]).form is Form.PROTOBUF
 
 
 def test_binary_data_size_needs_the_header(digits_signature: ModelSignature) -> None:
