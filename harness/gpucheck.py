@@ -1,11 +1,13 @@
 """``scripts/gpu-check``'s measurement: MiniLM through bare ONNX Runtime and through streaminfer's pipeline, per
 execution provider, without a broker (a GPU machine here reaches nothing, Kafka included).
 
-The pipeline is the consumer's own code path from record value to encoded result, through its public stages:
-the intake's decode (tokenizing the text), length bucketing, micro-batching, padding into the pipeline's buffers,
-ONNX Runtime in its thread (IO binding on CUDA) and response encoding; only the Kafka fetch and produce are left
-out (records come from memory, results are counted). Bare ONNX Runtime runs the same texts, tokenized beforehand,
-sorted by length and padded per batch of ``--batch`` rows (its best case). Prints one line per run and::
+The pipeline is the consumer's own code path from record value to encoded result, through the stages the service
+builds (:func:`consumer.delivery.stages.build_stages`): the intake's decode (tokenizing the text), length
+bucketing, micro-batching, padding into the pipeline's buffers, ONNX Runtime in its thread (IO binding on CUDA) and
+response encoding; only the Kafka fetch and produce are left out (records come from memory). Every record must be
+answered with a result: a record dead-lettered at decode or by inference fails the check. Bare ONNX Runtime runs
+the same texts, tokenized beforehand, sorted by length and padded per batch of ``--batch`` rows (its best case).
+Prints one line per run and::
 
     gpu-check: provider=CUDAExecutionProvider pipeline_vs_bare_ort=R cuda_vs_cpu=S
 
@@ -33,19 +35,16 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
-from consumer.batcher import MicroBatcher
 from consumer.config import Settings
 from consumer.delivery.at_least_once import PIPELINE_DEPTH
+from consumer.delivery.stages import build_stages
 from consumer.errors import ModelError
-from consumer.inference import BatchRunner
-from consumer.intake import Intake
+from consumer.kafka.clients import KafkaClients
 from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner, warmup_plan
-from consumer.model.sequence import TextEncoder
-from consumer.offsets import OffsetTracker
 from consumer.oip.client import encode_request
 from consumer.ops.metrics import Metrics
-from consumer.work import Limits, Work
+from consumer.work import Work
 from harness.bench import corpus, sorted_batches
 
 #: Records decoded at once, as one fetched chunk.
@@ -56,66 +55,76 @@ GPU_TOLERANCE = 2e-3
 
 
 async def pipeline(settings: Settings, runner: OnnxRunner, values: Sequence[bytes]) -> float:
-    """Push ``values`` through the consumer's intake -> micro-batcher -> inference stages (decode and tokenize,
-    length buckets, padding into the pipeline slots' buffers, ORT in its thread, response encoding), with
-    PIPELINE_DEPTH batches in flight as in at_least_once; returns records/s."""
-    clock = time.monotonic
+    """Push ``values`` through the consumer's own stages, built by :func:`consumer.delivery.stages.build_stages` as
+    the service builds them and driven through their public methods as at_least_once drives them (the intake's
+    decode of fetched chunks, ``Stages.batcher`` / ``Stages.queue``, inference with PIPELINE_DEPTH micro-batches in
+    flight in the pipeline slots' buffers); only the Kafka fetch and produce are left out (the Kafka clients are
+    built, never connected). Returns records/s.
+
+    Raises:
+        RuntimeError: a record was not answered with a result (dead-lettered at decode or by inference): the count
+            and the first one's reason are named.
+    """
     metrics = Metrics(CollectorRegistry())
-    signature = runner.signature
-    text = None
-    if settings.tokenizer_path is not None and signature.sequence is not None:
-        text = TextEncoder(settings.tokenizer_path, signature.sequence, settings.text_input_name)
-    limits = Limits(settings.max_record_bytes, settings.max_record_rows, settings.max_record_tokens)
-    intake = Intake(signature, limits, text, metrics, clock)
-    inference = BatchRunner(runner, metrics, clock, settings.max_batch_tokens)
-    batcher: MicroBatcher[Work] = MicroBatcher(
-        settings.max_batch_size, settings.max_batch_delay_ms, clock, max_batch_tokens=inference.batch_tokens
+    failures: list[BaseException] = []
+    stages = build_stages(
+        settings,
+        runner,
+        metrics,
+        KafkaClients(settings, {}),
+        clock=time.monotonic,
+        wall_clock=time.time,
+        sleep=asyncio.sleep,
+        fail=lambda exc, _name: failures.append(exc),
     )
+    batcher = stages.batcher(settings.max_batch_delay_ms)
     slots: asyncio.Queue[BatchBuffers] = asyncio.Queue()
     for _ in range(PIPELINE_DEPTH):
-        slots.put_nowait(inference.buffers())
-    answered = 0
+        slots.put_nowait(stages.inference.buffers())
     running: list[asyncio.Task[None]] = []
 
     async def run(batch: list[Work], buffers: BatchBuffers) -> None:
-        nonlocal answered
         try:
-            await inference.run(batch, buffers)
+            await stages.inference.run(batch, buffers)
         finally:
             slots.put_nowait(buffers)
-        answered += len(batch)
 
     async def batches() -> None:
         while (batch := await batcher.next_batch()) is not None:
             running.append(asyncio.create_task(run(batch, await slots.get())))
         await asyncio.gather(*running)
 
-    inference.start()
-    tracker: OffsetTracker[TopicPartition] = OffsetTracker()
+    stages.inference.start()
     tp = TopicPartition("gpu-check", 0)
+    works: list[Work] = []
     started = time.perf_counter()
     loop = asyncio.create_task(batches())
-    for first in range(0, len(values), CHUNK):
-        records = [
-            ConsumerRecord(tp.topic, 0, i, 0, 0, None, v, None, 0, len(v), [])
-            for i, v in enumerate(values[first : first + CHUNK], start=first)
-        ]
-        entries = []
-        for work in await intake.decode({tp: records}, tracker):
-            if work.request is None:
-                answered += 1
-                continue
-            key, cost = inference.group(work.request)
-            entries.append((work, work.rows, key, cost))
-        batcher.put_many(entries)
-        await asyncio.sleep(0)  # let batches start while records still arrive, as the fetch task would
-    batcher.close()
-    await loop
-    elapsed = time.perf_counter() - started
-    inference.close()
-    intake.close()
-    if answered != len(values):
-        raise RuntimeError(f"pipeline answered {answered} of {len(values)} records")
+    try:
+        for first in range(0, len(values), CHUNK):
+            records = [
+                ConsumerRecord(tp.topic, 0, i, 0, 0, None, v, None, 0, len(v), [])
+                for i, v in enumerate(values[first : first + CHUNK], start=first)
+            ]
+            chunk = await stages.intake.decode({tp: records}, stages.tracker)
+            works += chunk
+            stages.queue(batcher, [w for w in chunk if w.request is not None])
+            await asyncio.sleep(0)  # let batches start while records still arrive, as the fetch task would
+        batcher.close()
+        await loop
+    finally:
+        elapsed = time.perf_counter() - started
+        stages.inference.close()
+        stages.intake.close()
+        await stages.source.consumer.stop()
+    if failures:
+        raise RuntimeError(f"pipeline: a stage failed: {failures[0]!r}")
+    unanswered = [w for w in works if w.result is None or w.error is not None]
+    if unanswered or len(works) != len(values):
+        first_error = next((w.error for w in unanswered if w.error is not None), None)
+        why = f"; first: {first_error.reason}: {first_error}" if first_error is not None else ""
+        raise RuntimeError(
+            f"pipeline answered {len(works) - len(unanswered)} of {len(values)} records with a result{why}"
+        )
     return len(values) / elapsed
 
 

@@ -3,11 +3,16 @@ every record, and asking for CUDA where it is not active fails instead of fallin
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from consumer.config import Settings
+from consumer.model.runner import OnnxRunner
 from consumer.model.session import CUDA, gpu_count
+from consumer.oip.client import encode_request
 from harness import gpucheck
 from harness.bench import corpus
 
@@ -17,7 +22,22 @@ def test_pipeline_and_bare_ort_on_cpu(text_model: tuple[Path, Path]) -> None:
     result = gpucheck.measure(model, tokenizer, "cpu", corpus(300), batch=16)
     assert result["provider"] == "CPUExecutionProvider"
     assert result["bare_ort_rps"] > 0
-    assert result["pipeline_rps"] > 0
+    assert result["pipeline_rps"] > 0  # measure() raises unless the pipeline answered all 300 with a result
+
+
+def test_a_batch_that_inference_failed_fails_the_check(text_model: tuple[Path, Path]) -> None:
+    model, tokenizer = text_model
+    runner = OnnxRunner.load(model, execution_provider="cpu", max_batch_size=16)
+    settings = Settings(model_path=model, tokenizer_path=tokenizer, max_batch_size=16, http_port=0)
+    values = [encode_request(None, {"text": [t]}) for t in corpus(40)]
+    assert asyncio.run(gpucheck.pipeline(settings, runner, values)) > 0
+
+    def broken(feeds: object, rows: int) -> dict[str, np.ndarray]:
+        raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : a kernel failed")
+
+    runner.execute = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match=r"answered 0 of 40 records with a result; first: inference_error"):
+        asyncio.run(gpucheck.pipeline(settings, runner, values))
 
 
 def test_cuda_asked_but_not_active_exits_1(text_model: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
