@@ -23,7 +23,7 @@ from consumer.oip.records import (
 from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.produce import Outgoing, digits_requests, interleave, poison_requests, send_all
 from producer_tools.results import collect
-from tests.integration.conftest import AppFactory, answers
+from tests.integration.conftest import AppFactory, answers, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -120,13 +120,16 @@ async def test_poison_dead_lettered_with_headers_and_neighbours_answered(
     assert report.results == len(good)
     assert report.dead_letters == len(poison)
     assert report.reason_mismatches == []
+    where = {  # each request's own partition and offset, read back from the requests topic
+        dict(r.headers)[CORRELATION_HEADER].decode(): (r.partition, r.offset)
+        for r in await read_all(kafka_bootstrap, topics["requests"])
+    }
     for rec in poison:
         dl = report.answers[rec.correlation_id]
         h = dl.headers
         assert h[REASON_HEADER].decode() == rec.expected_reason
         assert h[TOPIC_HEADER].decode() == topics["requests"]
-        assert int(h[PARTITION_HEADER]) in range(4)
-        assert int(h[OFFSET_HEADER]) >= 0
+        assert (int(h[PARTITION_HEADER]), int(h[OFFSET_HEADER])) == where[rec.correlation_id]
         assert h[GROUP_HEADER].decode() == app.settings.group_id
         assert h[CLASS_HEADER].startswith(b"consumer.errors.")
         assert h[MESSAGE_HEADER]
