@@ -29,7 +29,7 @@ from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError, RecordError
 from consumer.kafka.security import secret_values
 from consumer.model.runner import OnnxRunner, describe, warmup_plan
-from consumer.model.session import CUDA, TENSORRT
+from consumer.model.session import CUDA, TENSORRT, SessionOptions
 from consumer.oip.decode import decode_request
 from consumer.oip.encode import check_output
 from consumer.ops.health import HealthChecks, serve
@@ -157,18 +157,7 @@ def load_runner(settings: Settings) -> OnnxRunner:
         raise ModelError(f"warmup_request: {exc}") from None
     return OnnxRunner.load(
         settings.model_path,
-        execution_provider=settings.execution_provider,
-        require_gpu=settings.require_gpu,
-        intra_op_threads=settings.intra_op_threads,
-        inter_op_threads=settings.inter_op_threads,
-        graph_optimization_level=settings.graph_optimization_level,
-        tensorrt=settings.tensorrt,
-        trt_engine_cache_dir=settings.trt_engine_cache_dir,
-        fp16=settings.fp16,
-        max_batch_size=settings.max_batch_size,
-        model_name=settings.model_name,
-        model_version=settings.model_version,
-        image_preprocessing=settings.image_preprocessing,
+        SessionOptions.from_settings(settings),
         warmup_sample=None if warmup is None else functools.partial(warmup_sample, warmup),
         answer_encoders=(check_output,),
     )

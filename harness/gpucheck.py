@@ -42,6 +42,7 @@ from consumer.errors import ModelError
 from consumer.kafka.clients import KafkaClients
 from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner, warmup_plan
+from consumer.model.session import SessionOptions
 from consumer.oip.client import encode_request
 from consumer.ops.metrics import Metrics
 from consumer.work import Work
@@ -154,11 +155,13 @@ def measure(
     """
     runner = OnnxRunner.load(
         model,
-        execution_provider=provider,
-        require_gpu=provider == "cuda",
-        max_batch_size=batch,
-        tensorrt=tensorrt,
-        fp16=fp16,
+        SessionOptions(
+            execution_provider=provider,
+            require_gpu=provider == "cuda",
+            max_batch_size=batch,
+            tensorrt=tensorrt,
+            fp16=fp16,
+        ),
     )
     sizes, lengths = warmup_plan(runner, batch)
     runner.warmup(sizes, 1, lengths)
@@ -182,7 +185,9 @@ def vision(folder: Path, providers: Sequence[str], batch: int) -> bool:
         which = cast(Literal["cuda", "cpu"], provider)
         outputs, rates = [], []
         for name in ("efficientnet_lite0.onnx", "efficientnet_lite0_uint8.onnx"):
-            runner = OnnxRunner.load(folder / name, execution_provider=which, require_gpu=which == "cuda")
+            runner = OnnxRunner.load(
+                folder / name, SessionOptions(execution_provider=which, require_gpu=which == "cuda")
+            )
             prep = runner.signature.image
             assert prep is not None
             encoder = ImageEncoder(prep, threads=1)

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from consumer.errors import DeadLetterReason, InferenceError, transient_reason
 from consumer.model.compat import OutputReader, blank
 from consumer.model.probe import OutputEncoder, graph_constants, probe, rows_from
 from consumer.model.sequence import length_buckets
-from consumer.model.session import CPU, open_session
+from consumer.model.session import CPU, SessionOptions, open_session
 from consumer.schema import ModelSignature, floating
 
 log = logging.getLogger(__name__)
@@ -74,27 +74,18 @@ class OnnxRunner:
     def load(
         cls,
         path: Path,
+        options: SessionOptions | None = None,
         *,
-        execution_provider: Literal["auto", "cuda", "cpu"] = "auto",
-        require_gpu: bool = False,
-        intra_op_threads: int = 0,
-        inter_op_threads: int = 0,
-        graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all",
-        tensorrt: bool = False,
-        trt_engine_cache_dir: Path | None = None,
-        fp16: bool = False,
-        max_batch_size: int = 64,
-        model_name: str | None = None,
-        model_version: str | None = None,
-        image_preprocessing: str | None = None,
         warmup_sample: Callable[[ModelSignature], Mapping[str, np.ndarray]] | None = None,
         answer_encoders: Sequence[OutputEncoder] = (),
     ) -> OnnxRunner:
-        """Open the model (:func:`consumer.model.session.open_session`: every argument but ``warmup_sample``), probe it
+        """Open the model (:func:`consumer.model.session.open_session` with ``options``), then probe it
         (:meth:`probe`): run it on placeholder rows, or on ``warmup_sample``'s, to learn which outputs have a batch
-        axis and ZipMap's class labels, and encode every output as an OIP response, so a model that loads can serve.
+        axis and ZipMap's class labels, and encode every output with each of ``answer_encoders``, so a model that
+        loads can serve.
 
         Args:
+            options: the execution provider and session options (default :class:`SessionOptions`'s defaults).
             warmup_sample: given the model's signature, the rows to probe and warm up with instead of zeros (the
                 decoded ``warmup_request``: :func:`consumer.__main__.warmup_sample`), for a model that zeros are
                 not valid input for.
@@ -106,21 +97,7 @@ class OnnxRunner:
                 row, or an output cannot be encoded; ``warmup_sample`` raised it (not a valid request).
             ConfigError: ``image_preprocessing`` does not fit the model.
         """
-        opened = open_session(
-            path,
-            execution_provider=execution_provider,
-            require_gpu=require_gpu,
-            intra_op_threads=intra_op_threads,
-            inter_op_threads=inter_op_threads,
-            graph_optimization_level=graph_optimization_level,
-            tensorrt=tensorrt,
-            trt_engine_cache_dir=trt_engine_cache_dir,
-            fp16=fp16,
-            max_batch_size=max_batch_size,
-            model_name=model_name,
-            model_version=model_version,
-            image_preprocessing=image_preprocessing,
-        )
+        opened = open_session(path, options or SessionOptions())
         runner = cls(
             opened.session,
             opened.signature,

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from consumer.errors import ModelError
 from consumer.model.compat import FIX_EXTERNAL_DATA, input_spec, is_zipmap, load_fix, output_spec, static_batch
 from consumer.model.sequence import GPU_BUCKETS, detect, input_ranges
 from consumer.model.vision import preprocessing
 from consumer.schema import ModelSignature
+
+if TYPE_CHECKING:
+    from consumer.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -52,36 +55,54 @@ class OpenSession:
     device_id: int
 
 
-def open_session(
-    path: Path,
-    *,
-    execution_provider: Literal["auto", "cuda", "cpu"] = "auto",
-    require_gpu: bool = False,
-    intra_op_threads: int = 0,
-    inter_op_threads: int = 0,
-    graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all",
-    tensorrt: bool = False,
-    trt_engine_cache_dir: Path | None = None,
-    fp16: bool = False,
-    max_batch_size: int = 64,
-    model_name: str | None = None,
-    model_version: str | None = None,
-    image_preprocessing: str | None = None,
-) -> OpenSession:
+@dataclass(frozen=True)
+class SessionOptions:
+    """How to open the model: the execution provider and ONNX Runtime's session options.
+
+    Attributes:
+        execution_provider: ``auto`` (CUDA where onnxruntime offers it and a GPU is visible, else CPU), ``cuda`` or
+            ``cpu``.
+        require_gpu: fail unless CUDA (or TensorRT) is active.
+        intra_op_threads: ONNX Runtime's intra-op threads (0: its default).
+        inter_op_threads: ONNX Runtime's inter-op threads (0: its default).
+        graph_optimization_level: ``disable``, ``basic``, ``extended`` or ``all``.
+        tensorrt: put the TensorRT provider before CUDA, with an engine cache in ``trt_engine_cache_dir`` and
+            explicit profile shapes from 1 row x 1 token to ``max_batch_size`` rows x the longest sequence.
+        trt_engine_cache_dir: TensorRT's engine cache (default ``.cache/trt``).
+        fp16: GPU only: serve a float16 copy of the graph (ONNX Runtime's converter, float32 inputs and outputs
+            kept); with TensorRT, its FP16 mode instead.
+        max_batch_size: the largest batch in rows, for TensorRT's profile shapes.
+        model_name: overrides the metadata's ``model_name`` (default: the file's stem).
+        model_version: overrides the metadata's ``model_version`` (default ``1``).
+        image_preprocessing: image models: the preprocessing declaration (JSON, :mod:`consumer.model.vision`),
+            overriding the model metadata's.
+    """
+
+    execution_provider: Literal["auto", "cuda", "cpu"] = "auto"
+    require_gpu: bool = False
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
+    tensorrt: bool = False
+    trt_engine_cache_dir: Path | None = None
+    fp16: bool = False
+    max_batch_size: int = 64
+    model_name: str | None = None
+    model_version: str | None = None
+    image_preprocessing: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SessionOptions:
+        """The options of the service's settings (the settings of the same names)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+
+
+def open_session(path: Path, options: SessionOptions = SessionOptions()) -> OpenSession:
     """Create the session and read the signature (sequence layout, value ranges, image preprocessing) from the graph.
 
     ``auto`` asks for CUDA when the installed onnxruntime offers it and a GPU is visible, and falls back to
     CPU; ONNX Runtime drops a provider it cannot initialise without raising (it logs a warning and runs on
     CPU), so the active provider is read back from the session and logged.
-
-    Args:
-        tensorrt: put the TensorRT provider before CUDA, with an engine cache in ``trt_engine_cache_dir`` and
-            explicit profile shapes from 1 row x 1 token to ``max_batch_size`` rows x the longest sequence.
-        fp16: GPU only: serve a float16 copy of the graph (ONNX Runtime's converter, float32 inputs and
-            outputs kept); with TensorRT, its FP16 mode instead.
-        max_batch_size: the largest batch in rows, for TensorRT's profile shapes.
-        image_preprocessing: image models: the preprocessing declaration (JSON, :mod:`consumer.model.vision`),
-            overriding the model metadata's.
 
     Raises:
         ModelError: the file cannot be loaded (external-data weights missing beside it included), an input or
@@ -92,9 +113,11 @@ def open_session(
     """
     import onnxruntime as ort  # heavy import, kept off unit tests that use fakes
 
+    o = options
+
     available = ort.get_available_providers()
-    gpu_wanted = execution_provider == "cuda" or require_gpu or tensorrt or fp16
-    if execution_provider == "cpu":
+    gpu_wanted = o.execution_provider == "cuda" or o.require_gpu or o.tensorrt or o.fp16
+    if o.execution_provider == "cpu":
         names = [CPU]
     elif gpu_wanted:
         if CUDA not in available:
@@ -102,29 +125,29 @@ def open_session(
         names = [CUDA, CPU]
     else:  # auto: CUDA only where a GPU is really present, so CPU machines start without CUDA load errors
         names = [CUDA, CPU] if CUDA in available and gpu_count() > 0 else [CPU]
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = intra_op_threads
-    options.inter_op_num_threads = inter_op_threads
-    options.graph_optimization_level = OPTIMIZATION_LEVELS[graph_optimization_level](ort)
+    ort_options = ort.SessionOptions()
+    ort_options.intra_op_num_threads = o.intra_op_threads
+    ort_options.inter_op_num_threads = o.inter_op_threads
+    ort_options.graph_optimization_level = OPTIMIZATION_LEVELS[o.graph_optimization_level](ort)
     providers: list[Any] = list(names)
     model: str | bytes = str(path)
-    if tensorrt:
+    if o.tensorrt:
         if TENSORRT not in available:
             raise ModelError(f"tensorrt=true: this onnxruntime offers only {available}")
         planned, _ = _signature(
-            _open(ort, model, ort.SessionOptions(), [CPU]), path, model_name, model_version, image_preprocessing
+            _open(ort, model, ort.SessionOptions(), [CPU]), path, o.model_name, o.model_version, o.image_preprocessing
         )
-        providers.insert(0, (TENSORRT, _trt_options(planned, max_batch_size, trt_engine_cache_dir, fp16)))
-    elif fp16 and names[0] == CUDA:
+        providers.insert(0, (TENSORRT, _trt_options(planned, o.max_batch_size, o.trt_engine_cache_dir, o.fp16)))
+    elif o.fp16 and names[0] == CUDA:
         model = _float16(path)
-    session = _open(ort, model, options, providers)
+    session = _open(ort, model, ort_options, providers)
     active = session.get_providers()[0]
     log.info("execution providers: asked %s, active %s", [p if isinstance(p, str) else p[0] for p in providers], active)
     if gpu_wanted and active not in (CUDA, TENSORRT):
         raise ModelError(f"a GPU execution provider was requested but ONNX Runtime is running on {active}")
-    if tensorrt and active != TENSORRT:
+    if o.tensorrt and active != TENSORRT:
         raise ModelError(f"tensorrt=true but ONNX Runtime is running on {active}")
-    signature, zipmaps = _signature(session, path, model_name, model_version, image_preprocessing)
+    signature, zipmaps = _signature(session, path, o.model_name, o.model_version, o.image_preprocessing)
     device_id = int(session.get_provider_options().get(active, {}).get("device_id", 0))
     log.info("model %s v%s loaded on %s", signature.name, signature.version, active)
     return OpenSession(session, signature, zipmaps, active, device_id)

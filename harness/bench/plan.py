@@ -230,9 +230,10 @@ class Bench:
         import psutil
 
         from consumer.model.runner import OnnxRunner
+        from consumer.model.session import SessionOptions
 
         runner = OnnxRunner.load(
-            model, execution_provider="cpu", graph_optimization_level=level, intra_op_threads=threads
+            model, SessionOptions(execution_provider="cpu", graph_optimization_level=level, intra_op_threads=threads)
         )
         session = runner.session  # bare: session.run alone, none of the runner's checks
         for feeds in batches[:3]:
@@ -264,10 +265,11 @@ class Bench:
         """Records/s of the consumer's decoder alone (``decode_chunk`` over chunks of 200 records) for digits
         requests of 1 and 64 rows, JSON and binary."""
         from consumer.model.runner import OnnxRunner
+        from consumer.model.session import SessionOptions
         from consumer.oip.chunk import decode_chunk
         from consumer.work import Limits
 
-        signature = OnnxRunner.load(DIGITS_MODEL, execution_provider="cpu").signature
+        signature = OnnxRunner.load(DIGITS_MODEL, SessionOptions(execution_provider="cpu")).signature
         x = digits_rows()
         for rows in (1, 64):
             for binary in (False, True):
@@ -426,13 +428,14 @@ class Bench:
 
     async def minilm(self, topics: dict[str, str]) -> None:
         from consumer.model.runner import OnnxRunner
+        from consumer.model.session import SessionOptions
 
         a = self.args
         model = a.minilm_dir / "minilm.onnx"
         tokenizer = a.minilm_dir / "tokenizer.json"
         texts = corpus(a.texts)
         size = a.minilm_batch
-        runner = OnnxRunner.load(model, execution_provider="cpu")
+        runner = OnnxRunner.load(model, SessionOptions(execution_provider="cpu"))
         batches, mean_tokens = sorted_batches(runner, tokenizer, texts, size)
         # On CPU smaller batches of padded text can be faster than full ones: the ceiling is the best of a few.
         candidates = [(f"b{size} sorted", batches)]

@@ -179,6 +179,7 @@ def candidates(images: list[bytes], threads: int, min_s: float = DECODE_MIN_S) -
 async def vision(bench: BenchLike, topic: str) -> None:
     """Every vision run, appended to ``bench.runs``."""
     from consumer.model.runner import OnnxRunner
+    from consumer.model.session import SessionOptions
 
     a = bench.args
     plain, fused = model_paths(a.vision_dir)
@@ -186,7 +187,7 @@ async def vision(bench: BenchLike, topic: str) -> None:
     threads = cpus_given()
     min_s = 0.3 if a.quick else DECODE_MIN_S
     bench.runs += candidates(images, threads, min_s)
-    runner = OnnxRunner.load(plain, execution_provider="cpu")
+    runner = OnnxRunner.load(plain, SessionOptions(execution_provider="cpu"))
     prep = runner.signature.image
     assert prep is not None
     encoder = ImageEncoder(prep, threads=threads)

@@ -141,11 +141,12 @@ async def decode_encode(
     consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, args: argparse.Namespace, deadline: float
 ) -> None:
     from consumer.model.runner import OnnxRunner
+    from consumer.model.session import SessionOptions
     from consumer.oip.decode import decode_request
     from consumer.oip.encode import encode_response
     from consumer.work import Limits
 
-    signature = OnnxRunner.load(args.model_path, execution_provider="cpu").signature
+    signature = OnnxRunner.load(args.model_path, SessionOptions(execution_provider="cpu")).signature
     limits = Limits()
     outputs = signature.outputs
     zeros = {o.name: np.zeros((limits.max_record_rows, *(d or 1 for d in o.shape[1:])), o.dtype) for o in outputs}
@@ -182,9 +183,10 @@ async def naive(
     consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, args: argparse.Namespace, deadline: float
 ) -> None:
     from consumer.model.runner import OnnxRunner
+    from consumer.model.session import SessionOptions
     from consumer.oip.encode import encode_response
 
-    runner = OnnxRunner.load(args.model_path, execution_provider="cpu")
+    runner = OnnxRunner.load(args.model_path, SessionOptions(execution_provider="cpu"))
     session, signature = runner.session, runner.signature
     names = list(signature.output_names)
     while time.monotonic() < deadline:
@@ -206,9 +208,10 @@ async def naive_vision(
     from PIL import Image
 
     from consumer.model.runner import OnnxRunner
+    from consumer.model.session import SessionOptions
     from consumer.oip.encode import encode_response
 
-    runner = OnnxRunner.load(args.model_path, execution_provider="cpu")
+    runner = OnnxRunner.load(args.model_path, SessionOptions(execution_provider="cpu"))
     session, signature = runner.session, runner.signature
     prep = signature.image
     assert prep is not None, "naive-vision serves an image model"

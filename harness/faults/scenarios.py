@@ -278,6 +278,7 @@ async def scenario_slow_model(h: Harness, plan: Plan) -> Outcome:
     from consumer.app import StreamInferApp
     from consumer.config import Settings
     from consumer.model.runner import OnnxRunner
+    from consumer.model.session import SessionOptions
     from consumer.ops.metrics import Metrics
 
     topics = await h.new_topics("slowmodel")
@@ -295,7 +296,7 @@ async def scenario_slow_model(h: Harness, plan: Plan) -> Outcome:
         max_poll_interval_ms=3000,
         max_batch_size=16,
     )
-    real = OnnxRunner.load(MODEL, execution_provider="cpu")
+    real = OnnxRunner.load(MODEL, SessionOptions(execution_provider="cpu"))
     slow_s = SESSION_TIMEOUT_MS / 1000 + 2
 
     class SlowSession:

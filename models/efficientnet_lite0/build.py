@@ -38,10 +38,8 @@ Usage: ``python models/efficientnet_lite0/build.py [--out DIR] [--force] [--chec
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.metadata
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -59,7 +57,7 @@ sys.path.insert(
 
 from consumer.model.vision import ImageEncoder, preprocessing  # noqa: E402
 from consumer.schema import ModelSignature, TensorSpec  # noqa: E402
-from harness.exports import export_cli  # noqa: E402
+from harness.exports import build_key, export_cli, write_record  # noqa: E402
 from producer_tools.fuse import TOLERANCE as FUSED_TOLERANCE  # noqa: E402
 from producer_tools.fuse import fuse  # noqa: E402
 
@@ -76,32 +74,13 @@ RECORDED = ("astronaut", "rocket")
 MODEL, FUSED = "efficientnet_lite0.onnx", "efficientnet_lite0_uint8.onnx"
 
 
-def default_out() -> Path:
-    """``$STREAMINFER_CACHE/efficientnet_lite0`` when that variable is set, else ``~/.cache/streaminfer/...``."""
-    root = os.environ.get("STREAMINFER_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "streaminfer") / "efficientnet_lite0"
+ARTIFACTS = (MODEL, FUSED)
 
 
-def build_key() -> dict[str, str]:
-    """The cache key: the sha256 of this script and of producer_tools/fuse.py, and the installed packages' versions
-    (a check from the project's venv, without them, matches on the scripts alone)."""
-    digest = hashlib.sha256(Path(__file__).read_bytes() + (REPO / "producer_tools" / "fuse.py").read_bytes())
-    key = {"script_sha256": digest.hexdigest()}
-    for package in PACKAGES[:2]:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            key[package] = importlib.metadata.version(package)
-    return key
-
-
-def is_cached(out: Path, key: dict[str, str]) -> bool:
-    """True when ``out`` holds both models, the samples and a ``build.json`` matching ``key``."""
-    if not all((out / name).is_file() for name in (MODEL, FUSED, "build.json")):
-        return False
-    try:
-        recorded = json.loads((out / "build.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return all(recorded.get(k) == v for k, v in key.items())
+def key() -> dict[str, str]:
+    """The cache key: the sha256 of this script and of producer_tools/fuse.py, and the installed packages'
+    versions (a check from the project's venv, without them, matches on the scripts alone)."""
+    return build_key([Path(__file__), REPO / "producer_tools" / "fuse.py"], PACKAGES[:2])
 
 
 def export(path: Path) -> list[str]:
@@ -242,12 +221,9 @@ def verify(model_path: Path, fused_path: Path, photos: dict[str, np.ndarray], la
     return figures
 
 
-def build(out: Path, force: bool = False) -> dict[str, Any]:
-    """Export, fuse, verify and write the artifacts to ``out``; returns the ``build.json`` contents (the cached
-    one, with ``cached``, when a matching build is there and not ``force``)."""
-    key = build_key()
-    if not force and is_cached(out, key):
-        return {"cached": True, **json.loads((out / "build.json").read_text())}
+def build(out: Path, key: dict[str, str]) -> dict[str, Any]:
+    """Export, fuse, verify and write the artifacts to ``out``; returns the ``build.json`` contents (``key`` in
+    them)."""
     from PIL import Image
 
     with tempfile.TemporaryDirectory(prefix="efficientnet-") as tmp:
@@ -273,8 +249,7 @@ def build(out: Path, force: bool = False) -> dict[str, Any]:
         "preprocessing": DECLARED,
         **figures,
     }
-    (out / "build.json").write_text(json.dumps(record, indent=2) + "\n")
-    return record
+    return write_record(out, record)
 
 
 def main() -> None:
@@ -282,9 +257,8 @@ def main() -> None:
     export_cli(
         "efficientnet_lite0",
         __doc__ or "",
-        default_out(),
-        build_key,
-        is_cached,
+        ARTIFACTS,
+        key,
         build,
         lambda out, record: (
             f"wrote {out / MODEL} and {FUSED}; diff_vs_torch={record['max_abs_diff_vs_torch']:.3g} "

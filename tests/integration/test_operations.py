@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from consumer.app import StreamInferApp
 from consumer.model.runner import OnnxRunner
+from consumer.model.session import SessionOptions
 from consumer.ops.health import HealthChecks, serve
 from consumer.ops.metrics import Metrics
 from harness.ports import free_port
@@ -84,7 +85,7 @@ async def test_probes_and_metrics_follow_the_consumer(
         assert "warming" in json.loads(body)["reason"]
         assert (await get(base + "/healthz"))[0] == 200
 
-        runner = OnnxRunner.load(settings.model_path, execution_provider="cpu")
+        runner = OnnxRunner.load(settings.model_path, SessionOptions(execution_provider="cpu"))
         runner.warmup([1, settings.max_batch_size], 1)
         probes.warm = True
         assert (await get(base + "/readyz"))[0] == 503  # warm, not yet in the group
@@ -135,7 +136,7 @@ async def test_liveness_fails_while_stalled_and_recovers(
     kafka_bootstrap: str, topics: dict[str, str], digits_model: Path
 ) -> None:
     settings = settings_for(kafka_bootstrap, topics, digits_model / "digits.onnx", stall_timeout_s=1.0)
-    real = OnnxRunner.load(settings.model_path, execution_provider="cpu")
+    real = OnnxRunner.load(settings.model_path, SessionOptions(execution_provider="cpu"))
     gated = GatedSession(real.session)
     runner = OnnxRunner(gated, real.signature, real.provider)
     app = StreamInferApp(settings, runner, Metrics(CollectorRegistry()))

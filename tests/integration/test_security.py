@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from consumer.app import StreamInferApp
 from consumer.config import Settings
 from consumer.model.runner import OnnxRunner
+from consumer.model.session import SessionOptions
 from consumer.ops.logs import setup_logging
 from consumer.ops.metrics import Metrics
 from producer_tools.produce import digits_requests, send_all
@@ -29,7 +30,7 @@ async def serve_and_check(secure_kafka: dict[str, str], digits_model: Path, **se
     topics = {"requests": f"sec-{tag}.requests", "results": f"sec-{tag}.results", "dlq": f"sec-{tag}.dlq"}
     await ensure_topics(plain, {topics["requests"]: 2, topics["results"]: 2, topics["dlq"]: 1})
     settings = settings_for(plain, topics, digits_model / "digits.onnx", **security)  # security: its bootstrap
-    runner = OnnxRunner.load(settings.model_path, execution_provider="cpu")
+    runner = OnnxRunner.load(settings.model_path, SessionOptions(execution_provider="cpu"))
     app = StreamInferApp(settings, runner, Metrics(CollectorRegistry()))
     await app.start()
     try:
@@ -98,7 +99,7 @@ async def test_wrong_password_fails_start(secure_kafka: dict[str, str], digits_m
         sasl_password="not-the-password",
         ssl_cafile=Path(secure_kafka["KAFKA_LOCAL_CA_FILE"]),
     )
-    runner = OnnxRunner.load(settings.model_path, execution_provider="cpu")
+    runner = OnnxRunner.load(settings.model_path, SessionOptions(execution_provider="cpu"))
     app = StreamInferApp(settings, runner, Metrics(CollectorRegistry()))
     with pytest.raises(KafkaError):
         await app.start()

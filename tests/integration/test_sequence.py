@@ -13,6 +13,7 @@ from consumer.config import Settings
 from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner
 from consumer.model.sequence import TextEncoder
+from consumer.model.session import SessionOptions
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
 from producer_tools.produce import Outgoing, send_all
@@ -36,7 +37,7 @@ def solo(runner: OnnxRunner, encoder: TextEncoder, text: str) -> dict[str, np.nd
 def test_padded_batch_equals_solo_runs(text_model: tuple[Path, Path]) -> None:
     """No broker: a padded batch of very different lengths gives each row its solo result."""
     model, tokenizer = text_model
-    runner = OnnxRunner.load(model, execution_provider="cpu")
+    runner = OnnxRunner.load(model, SessionOptions(execution_provider="cpu"))
     spec = runner.signature.sequence
     assert spec is not None
     encoder = TextEncoder(tokenizer, spec)

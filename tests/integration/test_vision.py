@@ -13,6 +13,7 @@ import onnx
 from PIL import Image
 
 from consumer.model.runner import OnnxRunner
+from consumer.model.session import SessionOptions
 from consumer.model.vision import ImageEncoder
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
@@ -31,8 +32,8 @@ def fused_copy(model: Path, out: Path) -> Path:
 
 def test_fused_model_equals_the_plain_one_on_the_same_pixels(image_model: Path, tmp_path: Path) -> None:
     """No broker: the fused (uint8 NHWC) model's probabilities equal the plain model's within TOLERANCE."""
-    plain = OnnxRunner.load(image_model, execution_provider="cpu")
-    fused = OnnxRunner.load(fused_copy(image_model, tmp_path / "fused.onnx"), execution_provider="cpu")
+    plain = OnnxRunner.load(image_model, SessionOptions(execution_provider="cpu"))
+    fused = OnnxRunner.load(fused_copy(image_model, tmp_path / "fused.onnx"), SessionOptions(execution_provider="cpu"))
     assert plain.signature.image is not None
     assert fused.signature.image is not None
     assert (fused.signature.image.layout, fused.signature.image.dtype) == ("NHWC", np.dtype(np.uint8))
