@@ -31,7 +31,6 @@ import math
 import os
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,6 +45,7 @@ from consumer.oip.wire import CORRELATION_HEADER
 from harness.bench.data import digits_backlog, digits_rows
 from harness.bench.measure import PARTITIONS, new_topics, throughput
 from harness.process import ConsumerProcess
+from harness.scrape import metric_families
 from producer_tools.produce import send_all
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,12 +115,11 @@ class Soak:
 
 
 def scrape(port: int) -> tuple[int, int]:
-    """(metric series, asyncio tasks) from the consumer's ``/metrics``."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
-    tasks = next((float(line.split()[-1]) for line in lines if line.startswith("streaminfer_asyncio_tasks ")), math.nan)
-    return len(lines), int(tasks) if not math.isnan(tasks) else -1
+    """(metric series, asyncio tasks) from the consumer's ``/metrics``: the number of samples, and
+    ``streaminfer_asyncio_tasks`` (-1 when it is not exported)."""
+    samples = [s for family in metric_families(port) for s in family.samples]
+    tasks = next((s.value for s in samples if s.name == "streaminfer_asyncio_tasks"), None)
+    return len(samples), int(tasks) if tasks is not None else -1
 
 
 class OpenLoop:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from consumer.oip.records import REQUEST_TIMESTAMP_HEADER
 from consumer.ops.metrics import STAGES
 from harness.process import ConsumerProcess, stop_process
+from harness.scrape import metric_families
 from producer_tools.topics import ensure_topics
 
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
@@ -225,15 +225,11 @@ class Scraped:
 
 def scrape(port: int) -> Scraped:
     """Read the consumer's ``/metrics``."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
     hist: dict[str, float] = {}
     sums: dict[str, float] = {}
     stages: dict[str, float] = {}
     answered = 0.0
-    for family in text_string_to_metric_families(text):
+    for family in metric_families(port):
         if family.name == "streaminfer_batch_rows":
             hist = {s.labels["le"]: s.value for s in family.samples if s.name.endswith("_bucket")}
         if family.name == "streaminfer_batch_padding_ratio":
