@@ -2,20 +2,27 @@
 
 Creates the topics (requests with several partitions; results and dead letters with broker append time),
 starts ``streaminfer-consumer`` as a child process on the digits model, waits for ``/readyz``, warms the path up
-(a few records answered first; their time is printed as the cold start), sends the held-out digits with every
-poison kind interleaved, waits until each record has a result or a dead letter, prints::
+(a few records answered first; their time is printed as the cold start), then pauses the consumer (SIGSTOP), sends
+the held-out digits with every poison kind interleaved, resumes it (SIGCONT), waits until each record has a result
+or a dead letter, prints::
 
     demo: sent=N results=R dead_letters=D accuracy=A p50_ms=X p99_ms=Y throughput_rps=T
 
-and stops the consumer with SIGTERM. Exit 1 if any record is unanswered, a poison record got the wrong reason,
-or the consumer did not stop cleanly.
+and stops the consumer with SIGTERM. The figures describe the consumer, not the demo's producer: the whole burst is
+on the topic when the consumer resumes, so ``throughput_rps`` is the records answered per second from the resume to
+the broker's append time of the last answer, and ``p50_ms`` / ``p99_ms`` are each answer's append time minus the
+resume (its wait behind the burst plus its own processing). Both clocks are this machine's: with a remote broker
+(``KAFKA_BOOTSTRAP_SERVERS``) its clock offset enters the figures. Exit 1 if any record is unanswered, a poison
+record got the wrong reason, or the consumer did not stop cleanly.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
+import signal
 import sys
 import time
 import uuid
@@ -24,7 +31,7 @@ from pathlib import Path
 
 from harness.process import ConsumerProcess
 from producer_tools.produce import DEFAULT_HELDOUT, digits_requests, interleave, poison_requests, send_all
-from producer_tools.results import collect, print_report
+from producer_tools.results import Report, collect, print_report
 from producer_tools.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +58,21 @@ async def warm_up(bootstrap: str, topics: dict[str, str], heldout: Path, timeout
         raise RuntimeError(f"{len(report.missing)} warm-up records were not answered")
     took_ms = 1000 * (time.monotonic() - started)
     print(f"demo: warm-up: {len(records)} records answered in {took_ms:.0f} ms (cold start, not in the figures)")
+
+
+def since_resume(report: Report, resumed_ms: float) -> Report:
+    """``report`` with the consumer's figures: each answer's latency is its broker append time minus
+    ``resumed_ms`` (epoch ms, when the consumer was resumed with the whole burst on the topic), and the throughput
+    is the answers per second from the resume to the last answer."""
+    appended = [a.timestamp_ms for a in report.answers.values()]
+    if not appended:
+        return report
+    span_s = (max(appended) - resumed_ms) / 1000.0
+    return dataclasses.replace(
+        report,
+        latencies_ms=[max(0.0, ts - resumed_ms) for ts in appended],
+        throughput_rps=len(appended) / span_s if span_s > 0 else float("nan"),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -92,12 +114,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         consumer.start(timeout_s=90)
         asyncio.run(warm_up(args.bootstrap_servers, topics, args.heldout, args.timeout_s))
         records = interleave(list(digits_requests(run_id, args.heldout)), poison_requests(run_id))
-        asyncio.run(send_all(args.bootstrap_servers, topics["requests"], records))
+        assert consumer.proc is not None
+        consumer.proc.send_signal(signal.SIGSTOP)  # the burst goes on the topic while the consumer is paused
+        try:
+            asyncio.run(send_all(args.bootstrap_servers, topics["requests"], records))
+        finally:
+            resumed_ms = time.time() * 1000.0
+            consumer.proc.send_signal(signal.SIGCONT)
         expected = {r.correlation_id: r.manifest() for r in records}
         report = asyncio.run(
             collect(args.bootstrap_servers, topics["results"], topics["dlq"], expected, args.timeout_s)
         )
-        print_report(report, prefix="demo")
+        print_report(since_resume(report, resumed_ms), prefix="demo")
         code = 0 if not report.missing and not report.reason_mismatches else 1
     except RuntimeError as exc:
         print(f"demo: {exc}; consumer log: {args.log}", file=sys.stderr)
