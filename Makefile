@@ -19,10 +19,10 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streaminfer needs Python >= 3.11; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,digits,bench]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,digits,bench,docs]'
 	@touch $@
 
-venv: $(STAMP) ## create .venv and install streaminfer with the dev, digits and bench extras
+venv: $(STAMP) ## create .venv and install streaminfer with the dev, digits, bench and docs extras
 
 $(MODEL): models/digits/build.py $(STAMP)
 	$(PY) models/digits/build.py
@@ -55,8 +55,9 @@ lint: $(STAMP) ## ruff and mypy --strict
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-docs: $(STAMP) ## regenerate the README settings table from consumer/config.py
+docs: $(STAMP) ## regenerate docs/settings.md from consumer/config.py, then build the site into site/ (strict: broken links and anchors fail)
 	$(PY) scripts/settings_table.py
+	$(VENV)/bin/zensical build --strict
 
 image-cpu: ## build the CPU image streaminfer:$(IMAGE_TAG)-cpu (needs a Docker engine)
 	docker build -f docker/cpu.Dockerfile -t streaminfer:$(IMAGE_TAG)-cpu .
@@ -76,4 +77,4 @@ kafka-stop: ## stop the local broker
 	scripts/kafka-local stop
 
 clean: ## remove the venv, built models and caches
-	rm -rf $(VENV) models/digits/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) models/digits/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info site
