@@ -35,8 +35,8 @@ demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model,
 test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a real broker
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP) $(MODEL) ## benchmark vs naive, the Kafka client alone, bare ORT and the image decoder (digits, MiniLM, EfficientNet-Lite0) -> bench-results/; ~12 min + one-time exports
-	scripts/bench $(BENCH_ARGS)
+bench: $(STAMP) $(MODEL) ## benchmark vs naive, the Kafka client alone, bare ORT and the image decoder (digits, MiniLM, EfficientNet-Lite0) -> bench-results/, docs/benchmarks.md; ~12 min + one-time exports
+	scripts/bench --docs docs/benchmarks.md $(BENCH_ARGS)
 
 soak: $(STAMP) $(MODEL) ## 10 minutes at half the measured maximum (digits): RSS, fds, tasks, p99 -> soak-results/
 	scripts/soak $(SOAK_ARGS)
