@@ -19,12 +19,12 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streaminfer needs Python >= 3.11; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,digits,bench]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,digits,bench,docs]'
 	@# harness/ is repository-only (never in the wheel): the dev venv finds it, and tests/, through a .pth file
 	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "streaminfer-repo.pth").write_text(str(pathlib.Path.cwd()))'
 	@touch $@
 
-venv: $(STAMP) ## create .venv and install streaminfer with the dev, digits and bench extras
+venv: $(STAMP) ## create .venv and install streaminfer with the dev, digits, bench and docs extras
 
 $(MODEL): models/digits/build.py $(STAMP)
 	$(PY) models/digits/build.py
@@ -37,8 +37,8 @@ demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model,
 test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a real broker
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP) $(MODEL) ## benchmark vs naive, the Kafka client alone, bare ORT and the image decoder (digits, MiniLM, EfficientNet-Lite0) -> bench-results/; ~12 min + one-time exports
-	scripts/bench $(BENCH_ARGS)
+bench: $(STAMP) $(MODEL) ## benchmark vs naive, the Kafka client alone, bare ORT and the image decoder (digits, MiniLM, EfficientNet-Lite0) -> bench-results/, docs/benchmarks.md; ~12 min + one-time exports
+	scripts/bench --docs docs/benchmarks.md $(BENCH_ARGS)
 
 soak: $(STAMP) $(MODEL) ## 10 minutes at half the measured maximum (digits): RSS, fds, tasks, p99 -> soak-results/
 	scripts/soak $(SOAK_ARGS)
@@ -58,8 +58,9 @@ lint: $(STAMP) ## ruff, mypy --strict and the import layers (lint-imports)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
-docs: $(STAMP) ## regenerate the README settings table from consumer/config.py
+docs: $(STAMP) ## regenerate docs/settings.md from consumer/config.py, then build the site into site/ (strict: broken links and anchors fail)
 	$(PY) scripts/settings_table.py
+	$(VENV)/bin/zensical build --strict
 
 image-cpu: ## build the CPU image streaminfer:$(IMAGE_TAG)-cpu (needs a Docker engine)
 	docker build -f docker/cpu.Dockerfile -t streaminfer:$(IMAGE_TAG)-cpu .
@@ -79,4 +80,4 @@ kafka-stop: ## stop the local broker
 	scripts/kafka-local stop
 
 clean: ## remove the venv, built models and caches
-	rm -rf $(VENV) models/digits/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) models/digits/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info site

@@ -30,7 +30,7 @@ _HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
 
 
 class Settings(BaseSettings):
-    """Everything the consumer can be told. Field docs are the CLI help and the README's settings table."""
+    """Everything the consumer can be told. Field docs are the CLI help and docs/settings.md (``make docs``)."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -197,7 +197,7 @@ class Settings(BaseSettings):
     image_preprocessing: str | None = Field(
         None,
         description="Image models: the preprocessing declaration (JSON object: input, layout, size, resize, mean, "
-        "std, interpolation; README 'Images'), overriding the model metadata's 'streaminfer.image'.",
+        "std, interpolation; docs/models.md, Images), overriding the model metadata's 'streaminfer.image'.",
     )
     image_max_pixels: int = Field(
         40_000_000, ge=1, description="Largest accepted image, width x height (above: too_large), pixels."
@@ -359,7 +359,7 @@ NOT_SETTINGS = re.compile(
 HELP_EPILOG = f"""\
 Every flag is also an environment variable, {ENV_PREFIX}<FLAG> in upper case with underscores
 (--max-batch-size -> {ENV_PREFIX}MAX_BATCH_SIZE); a flag wins over the environment. An unknown
-{ENV_PREFIX}* variable stops start-up. The README's Settings table lists them all with their defaults.
+{ENV_PREFIX}* variable stops start-up. docs/settings.md lists them all with their defaults.
 
 Exit codes: 0 clean stop (SIGTERM, SIGINT); 1 a background task failed (restart it); 2 bad settings;
 3 the model cannot be served; 4 the Kafka cluster cannot be reached or refuses us at start-up.
@@ -376,7 +376,7 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
         if not upper.startswith(ENV_PREFIX) or upper in known or NOT_SETTINGS.fullmatch(upper):
             continue
         close = difflib.get_close_matches(upper, sorted(known), n=1, cutoff=0.8)
-        hint = f" (did you mean {close[0]}?)" if close else f" (settings: {ENV_PREFIX}<NAME>, see README Settings)"
+        hint = f" (did you mean {close[0]}?)" if close else f" (settings: {ENV_PREFIX}<NAME>, see docs/settings.md)"
         problems.append(f"environment variable {variable} is not a setting{hint}")
     return problems
 

@@ -42,7 +42,7 @@ class DeadLetterReason(StrEnum):
 
     The value is written to the dead letter's ``streaminfer.error.reason`` header (the readable message and the
     exception class go to Kafka Connect's ``__connect.errors.exception.message`` and ``.class.name``:
-    :mod:`consumer.oip.records`). New reasons are added here and in the reasons table of docs/contract.md, which
+    :mod:`consumer.oip.records`). New reasons are added here and in the reasons table of docs/record-contract.md, which
     names the function that assigns each (a doc test checks both).
     """
 

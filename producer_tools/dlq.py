@@ -1,8 +1,8 @@
 """``streaminfer-dlq``: read the dead-letter topic, and put dead letters back once their cause is fixed.
 
-Built on the headers every dead letter carries (README, "Dead letter"): the request's own key, value and headers,
-then ``correlation_id``, ``streaminfer.error.reason``, Kafka Connect's ``__connect.errors.*`` (message, class,
-source topic, partition, offset), ``streaminfer.source.timestamp_ms`` and ``streaminfer.consumer.group``.
+Built on the headers every dead letter carries (docs/record-contract.md, "Dead letter"): the request's own key, value
+and headers, then ``correlation_id``, ``streaminfer.error.reason``, Kafka Connect's ``__connect.errors.*`` (message,
+class, source topic, partition, offset), ``streaminfer.source.timestamp_ms`` and ``streaminfer.consumer.group``.
 
 - ``summary``: dead letters by reason, source partition and time range (a table, or ``--json``).
 - ``show``: the selected dead letters, every header decoded, key and value previewed safely (``--json`` lines).

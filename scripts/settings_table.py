@@ -1,7 +1,7 @@
-"""Rewrite README.md's settings table (between the settings markers) from consumer.config.Settings.
+"""Rewrite the settings reference (docs/settings.md, between the settings markers) from consumer.config.Settings.
 
-Usage: ``.venv/bin/python scripts/settings_table.py`` (``make docs``). tests/unit/test_docs.py fails when the
-README and the settings disagree.
+Usage: ``.venv/bin/python scripts/settings_table.py`` (``make docs`` runs it before building the site).
+tests/unit/test_docs.py fails when the page and the settings disagree.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pydantic_core import PydanticUndefined
 
 from consumer.config import ENV_PREFIX, Settings
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
 
 
@@ -37,13 +37,21 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    text = README.read_text()
-    block = f"{BEGIN}\nEnvironment variable: `{ENV_PREFIX}<SETTING>` in upper case.\n\n{table()}\n{END}"
-    new, n = re.subn(re.escape(BEGIN) + ".*?" + re.escape(END), block, text, flags=re.DOTALL)
+def block() -> str:
+    """What goes between the markers."""
+    return f"{BEGIN}\nEnvironment variable: `{ENV_PREFIX}<SETTING>` in upper case.\n\n{table()}\n{END}"
+
+
+def rewrite(text: str) -> str:
+    """``text`` with its settings block regenerated; SystemExit when the markers are missing."""
+    new, n = re.subn(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block(), text, flags=re.DOTALL)
     if n != 1:
-        raise SystemExit(f"{README}: settings markers not found")
-    README.write_text(new)
+        raise SystemExit(f"{PAGE}: settings markers not found")
+    return new
+
+
+def main() -> None:
+    PAGE.write_text(rewrite(PAGE.read_text()))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Which ONNX graphs streaminfer serves, and how: the rules applied to a model's inputs and outputs when it is loaded.
 
-Served (see README "Bring your own model"):
+Served (see docs/models.md, "Bring your own model"):
 
 - **inputs**: tensors of every OIP datatype but BF16 (``tensor(string)`` as BYTES), each with a batch axis: axis 0
   dynamic (a symbolic or unknown dimension), or fixed at the same N on every input (a *static batch*: ONNX Runtime

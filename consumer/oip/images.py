@@ -1,7 +1,7 @@
 """An image model's request input -> its images, checked but not yet decoded (:mod:`consumer.model.vision` decodes).
 
-The three forms (README "Images"): ``BYTES`` ``[rows]`` in the binary data extension (raw files) or in JSON (base64
-strings), and ``UINT8`` ``[rows, H, W, 3]`` decoded RGB pixels (their shape checked here, their values by
+The three forms (docs/models.md, "Images"): ``BYTES`` ``[rows]`` in the binary data extension (raw files) or in
+JSON (base64 strings), and ``UINT8`` ``[rows, H, W, 3]`` decoded RGB pixels (their shape checked here, their values by
 :mod:`consumer.oip.decode` as any UINT8 tensor's).
 """
 

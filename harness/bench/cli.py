@@ -7,11 +7,20 @@ import asyncio
 import json
 import os
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.bench.data import DEFAULT_MINILM, DEFAULT_VISION, DIGITS_MODEL, ROOT
 from harness.bench.plan import Bench
-from harness.bench.report import plots, stage_line, strict_json, summary_line, table
+from harness.bench.report import (
+    check_docs,
+    plots,
+    stage_line,
+    strict_json,
+    summary_line,
+    table,
+    write_docs,
+)
 from harness.bench.vision import vision_line
 from harness.bench.workers import worker
 
@@ -31,6 +40,13 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--seconds", type=float, required=True)
     p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     p.add_argument("--out", type=Path, default=ROOT / "bench-results", help="results folder (JSON, PNG, logs)")
+    p.add_argument(
+        "--docs",
+        type=Path,
+        default=None,
+        help="also rewrite the generated block of this page and copy the plots beside it (make bench: "
+        "docs/benchmarks.md)",
+    )
     p.add_argument("--records", type=int, default=50_000, help="digits backlog, records")
     p.add_argument("--texts", type=int, default=2_000, help="MiniLM backlog, texts")
     p.add_argument("--minilm-dir", type=Path, default=DEFAULT_MINILM, help="models/minilm/build.py output")
@@ -72,19 +88,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.naive_s, args.open_s, args.lone_s = min(args.naive_s, 3.0), min(args.open_s, 2.0), min(args.lone_s, 1.0)
     if not DIGITS_MODEL.is_file() and not args.skip_digits:
         raise SystemExit("streaminfer-bench: digits model missing; run make model")
+    if args.docs is not None:
+        check_docs(args.docs)
     result = asyncio.run(Bench(args).run())
     (args.out / "bench.json").write_text(json.dumps(strict_json(result), indent=2) + "\n")
     print(table(result["runs"]))
-    for run in result["runs"]:
-        if run["extra"].get("stage_us") and run["extra"].get("default"):
-            print(stage_line(run))
-    for path in plots(result, args.out):
+    lines = [stage_line(r) for r in result["runs"] if r["extra"].get("stage_us") and r["extra"].get("default")]
+    for line in lines:
+        print(line)
+    written = plots(result, args.out)
+    for path in written:
         print(f"wrote {path}")
     print(f"wrote {args.out / 'bench.json'}")
     for pair, values in result["rounds"].items():
-        print(f"rounds {pair}: " + " ".join(f"{v:.2f}" for v in values) + " (the ratio is their median)")
-    line = vision_line(result["runs"])
-    if line is not None:
-        print(line)
-    print(summary_line(result["ratios"]))
+        lines.append(f"rounds {pair}: " + " ".join(f"{v:.2f}" for v in values) + " (the ratio is their median)")
+        print(lines[-1])
+    vision = vision_line(result["runs"])
+    if vision is not None:
+        lines.append(vision)
+        print(vision)
+    lines.append(summary_line(result["ratios"]))
+    if args.docs is not None:
+        write_docs(args.docs, result, lines, written, datetime.now(UTC).date().isoformat())
+        print(f"wrote {args.docs}")
+    print(lines[-1])
     return 0

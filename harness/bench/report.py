@@ -1,8 +1,12 @@
-"""The benchmark's output: a table, the per-stage costs, plots, strict JSON and the summary line."""
+"""The benchmark's output: a table, the per-stage costs, plots, strict JSON, the summary line, and the generated
+block of the documentation's benchmarks page (``make bench`` rewrites what lies between :data:`DOCS_BEGIN` and
+:data:`DOCS_END` in ``docs/benchmarks.md``; the hand-written text around it stays)."""
 
 from __future__ import annotations
 
 import math
+import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,12 @@ CLOSED_MODES = (
     "streaminfer-eos",
     "bare-ort",
 )
+
+#: The markers of the generated block in docs/benchmarks.md.
+DOCS_BEGIN, DOCS_END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+#: The plots' captions on the benchmarks page.
+PLOT_CAPTIONS = {"throughput.png": "throughput and p99 per setting", "latency.png": "latency against offered load"}
 
 
 def table(runs: Sequence[dict[str, Any]]) -> str:
@@ -106,3 +116,76 @@ def stage_line(run: dict[str, Any]) -> str:
 def summary_line(ratios: dict[str, float]) -> str:
     """The last line of the benchmark, in the issue's exact form."""
     return "bench: " + " ".join(f"{key}={ratios.get(key, math.nan):.2f}" for key in RATIOS)
+
+
+def _cell(value: float | None, digits: int = 0) -> str:
+    """A number for the markdown table: blank when not measured (NaN or None)."""
+    return f"{value:.{digits}f}" if value is not None and math.isfinite(value) else ""
+
+
+def markdown_table(runs: Sequence[dict[str, Any]]) -> str:
+    """The runs as the benchmarks page's markdown table."""
+    rows = [
+        "| model | mode | setting | records | rec/s | p50 ms | p99 ms | CPU % | peak RSS MiB | rows/batch |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        cells = (
+            r["model"],
+            r["mode"],
+            r["setting"],
+            str(r["records"]),
+            _cell(r["throughput_rps"]),
+            _cell(r["p50_ms"]),
+            _cell(r["p99_ms"]),
+            _cell(r["cpu_pct"]),
+            _cell(r["peak_rss_mib"]),
+            _cell(r["extra"].get("mean_batch_rows"), 1),
+        )
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def docs_block(result: dict[str, Any], lines: Sequence[str], plot_names: Sequence[str], day: str) -> str:
+    """The generated block of docs/benchmarks.md: the run's date and machine, the table, the printed summary
+    ``lines`` (stages, rounds, vision, the bench line) and the plots (``plot_names``, in docs/bench/)."""
+    cpus = result.get("machine", {}).get("cpus")
+    machine = f", {cpus} CPU cores" if cpus else ""
+    parts = [
+        DOCS_BEGIN,
+        f"Latest run: `make bench` on {day}{machine}.",
+        "",
+        markdown_table(result["runs"]),
+        "",
+        "```text",
+        *lines,
+        "```",
+        "",
+        *(f"![{PLOT_CAPTIONS.get(name, name)}](bench/{name})" for name in plot_names),
+        DOCS_END,
+    ]
+    return "\n".join(parts)
+
+
+def check_docs(page: Path) -> str:
+    """``page``'s text; SystemExit unless it holds the generated block's markers once each (checked before a run,
+    so that a wrong ``--docs`` does not cost a whole benchmark)."""
+    if not page.is_file():
+        raise SystemExit(f"streaminfer-bench: {page} does not exist")
+    text = page.read_text()
+    if text.count(DOCS_BEGIN) != 1 or text.count(DOCS_END) != 1 or text.index(DOCS_BEGIN) > text.index(DOCS_END):
+        raise SystemExit(f"streaminfer-bench: {page} must hold {DOCS_BEGIN} then {DOCS_END}, once each")
+    return text
+
+
+def write_docs(page: Path, result: dict[str, Any], lines: Sequence[str], plot_paths: Sequence[Path], day: str) -> None:
+    """Rewrite the generated block of ``page`` (docs/benchmarks.md) and copy the plots into ``page``'s bench/
+    folder. SystemExit when the page or its markers are missing (nothing is written then)."""
+    text = check_docs(page)
+    block = docs_block(result, lines, [p.name for p in plot_paths], day)
+    new = re.sub(re.escape(DOCS_BEGIN) + ".*?" + re.escape(DOCS_END), lambda _: block, text, flags=re.DOTALL)
+    folder = page.parent / "bench"
+    folder.mkdir(exist_ok=True)
+    for path in plot_paths:
+        shutil.copyfile(path, folder / path.name)
+    page.write_text(new)

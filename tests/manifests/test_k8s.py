@@ -325,7 +325,7 @@ def test_memory_limit_fits_the_fetch_budget(overlay: str) -> None:
 
 # ------------------------------------------------------------------------------------------- operator's view
 COMMON_LABELS = {"app.kubernetes.io/name": "streaminfer", "app.kubernetes.io/part-of": "streaminfer"}
-#: Scale-down wait of both autoscalers, s (README "Scaling on lag").
+#: Scale-down wait of both autoscalers, s (docs/operations.md "Scaling on lag").
 SCALE_DOWN_WAIT_S = 300
 
 
@@ -471,7 +471,7 @@ def test_scale_down_waits_where_the_autoscaler_honours_it(overlay: str) -> None:
     else:
         behavior = scaler["spec"]["behavior"]
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] == SCALE_DOWN_WAIT_S
-    assert f"Scale-down waits {SCALE_DOWN_WAIT_S} s" in (ROOT / "README.md").read_text()
+    assert f"Scale-down waits {SCALE_DOWN_WAIT_S} s" in (ROOT / "docs" / "operations.md").read_text()
 
 
 def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
