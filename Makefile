@@ -11,7 +11,7 @@ BENCH_ARGS ?=
 SOAK_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv model demo test bench soak faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop clean
+.PHONY: help venv model demo test bench soak faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop registry-start registry-stop clean
 
 help: ## list the targets
 	@awk -v tag='$(IMAGE_TAG)' 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {gsub(/\$$\(IMAGE_TAG\)/, tag, $$2); printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -74,6 +74,12 @@ kafka-start: ## start the local KRaft broker (prints its bootstrap address; scri
 
 kafka-stop: ## stop the local broker
 	scripts/kafka-local stop
+
+registry-start: ## start a local schema registry (Apicurio, JDK >= 21; prints its Confluent-compatible URL last)
+	scripts/registry-local start
+
+registry-stop: ## stop the local schema registry (deleting its schemas)
+	scripts/registry-local stop
 
 clean: ## remove the venv, built models and caches
 	rm -rf $(VENV) models/digits/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info
