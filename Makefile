@@ -4,6 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 MODEL  := models/digits/artifacts/digits.onnx
+TABULAR := models/breast_cancer/artifacts/breast_cancer.onnx
 PYTEST_ARGS ?=
 IMAGE_TAG ?= 0.1.0
 FAULTS_ARGS ?=
@@ -27,7 +28,10 @@ venv: $(STAMP) ## create .venv and install streaminfer with the dev, digits and 
 $(MODEL): models/digits/build.py $(STAMP)
 	$(PY) models/digits/build.py
 
-model: $(MODEL) ## build the digits ONNX model and its held-out split
+$(TABULAR): models/breast_cancer/build.py models/breast_cancer/events.avsc $(STAMP)
+	$(PY) models/breast_cancer/build.py
+
+model: $(MODEL) $(TABULAR) ## build the digits and breast-cancer ONNX models, their held-out splits and events.jsonl
 
 demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model, end with a summary line
 	scripts/demo
@@ -82,4 +86,4 @@ registry-stop: ## stop the local schema registry (deleting its schemas)
 	scripts/registry-local stop
 
 clean: ## remove the venv, built models and caches
-	rm -rf $(VENV) models/digits/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) models/digits/artifacts models/breast_cancer/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info
