@@ -4,6 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 MODEL  := models/digits/artifacts/digits.onnx
+TABULAR := models/breast_cancer/artifacts/breast_cancer.onnx
 PYTEST_ARGS ?=
 IMAGE_TAG ?= 0.1.0
 FAULTS_ARGS ?=
@@ -11,7 +12,7 @@ BENCH_ARGS ?=
 SOAK_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv model demo test bench soak faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop clean
+.PHONY: help venv model demo test bench soak faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop registry-start registry-stop clean
 
 help: ## list the targets
 	@awk -v tag='$(IMAGE_TAG)' 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {gsub(/\$$\(IMAGE_TAG\)/, tag, $$2); printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,7 +30,10 @@ venv: $(STAMP) ## create .venv and install streaminfer with the dev, digits, ben
 $(MODEL): models/digits/build.py $(STAMP)
 	$(PY) models/digits/build.py
 
-model: $(MODEL) ## build the digits ONNX model and its held-out split
+$(TABULAR): models/breast_cancer/build.py models/breast_cancer/events.avsc $(STAMP)
+	$(PY) models/breast_cancer/build.py
+
+model: $(MODEL) $(TABULAR) ## build the digits and breast-cancer ONNX models, their held-out splits and events.jsonl
 
 demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model, end with a summary line
 	scripts/demo
@@ -79,5 +83,11 @@ kafka-start: ## start the local KRaft broker (prints its bootstrap address; scri
 kafka-stop: ## stop the local broker
 	scripts/kafka-local stop
 
+registry-start: ## start a local schema registry (Apicurio, JDK >= 21; prints its Confluent-compatible URL last)
+	scripts/registry-local start
+
+registry-stop: ## stop the local schema registry (deleting its schemas)
+	scripts/registry-local stop
+
 clean: ## remove the venv, built models and caches
-	rm -rf $(VENV) models/digits/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info site
+	rm -rf $(VENV) models/digits/artifacts models/breast_cancer/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info site

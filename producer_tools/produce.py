@@ -1,6 +1,6 @@
-"""``streaminfer-produce``: send inference requests to the requests topic.
+"""``streaminfer-produce``: send inference requests, or domain events, to the requests topic.
 
-Sources:
+``--format oip`` (the default) sends Open Inference Protocol requests. Sources:
 - ``digits``: the held-out split written by ``models/digits/build.py`` (one 1x64 FP32 row per record, labels known);
 - ``FILE.jsonl``: one OIP inference request object per line (its ``id``, if any, is kept);
 - ``FILE.npy``: an array ``[n, ...]``; each row becomes a one-row request for ``--input-name`` (default: the only
@@ -11,20 +11,29 @@ Sources:
   until that many records.
 ``--poison`` adds every kind of :mod:`producer_tools.poison` (for the digits model), interleaved.
 
-Each record gets a correlation ID ``<run-id>-<n>`` (header ``correlation_id``, the request ``id`` unless the
-JSONL line has one, and the record key). ``--manifest`` writes one JSON line per record as the broker acknowledges
-it: ``{"correlation_id", "label"?, "expected_reason"?}``, which ``streaminfer-results`` matches against; a run that
-fails midway leaves exactly the records that reached the topic.
+``--format json`` and ``--format avro`` send domain events from ``--source FILE.jsonl`` (one JSON object a line,
+:mod:`producer_tools.events`): as they are, or as Confluent-framed Avro (``--schema FILE.avsc``
+``--schema-registry-url URL``, default ``$SCHEMA_REGISTRY_URL``: confluent-kafka's ``AvroSerializer``, subject
+``<topic>-value``, the schema registered if absent). ``--key-field PATH`` keys each record by that field (dotted
+paths reach into nested objects); ``expected_label`` and ``expected_probability`` go to the manifest, not the topic.
+A flag that does not apply to the chosen format is refused (exit 2, naming it).
+
+Each record gets a correlation ID ``<run-id>-<n>`` (header ``correlation_id``; for OIP also the request ``id`` unless
+the JSONL line has one; the record key unless ``--key-field`` names another). ``--manifest`` writes one JSON line per
+record as the broker acknowledges it: ``{"correlation_id", "label"?, "expected_probability"?, "expected_reason"?}``,
+which ``streaminfer-results`` matches against; a run that fails midway leaves exactly the records that reached the
+topic.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +47,34 @@ from tqdm import tqdm
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
 from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.events import (
+    EXPECTATION_FIELDS,
+    Encoder,
+    RegistryUnavailable,
+    avro_encoder,
+    check_avro,
+    json_encoder,
+    key_of,
+    load_schema,
+    read_events,
+    take_expectations,
+)
 from producer_tools.images import folder_images, sample_images
 from producer_tools.poison import catalogue
 from producer_tools.topics import TopicMissingError, require_topic
 
 DEFAULT_HELDOUT = Path(__file__).resolve().parent.parent / "models" / "digits" / "artifacts" / "heldout.npz"
+#: ``--format``: Open Inference Protocol requests, or domain events as JSON objects or registry-framed Avro.
+FORMATS = ("oip", "json", "avro")
+#: Flags of ``--format oip`` only (dest, flag).
+OIP_ONLY = (
+    ("poison", "--poison"),
+    ("base64", "--base64"),
+    ("images_per_record", "--images-per-record"),
+    ("heldout", "--heldout"),
+    ("input_name", "--input-name"),
+    ("model_path", "--model-path"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +88,8 @@ class Outgoing:
         expected_reason: the dead-letter reason a poison record must get.
         headers: extra record headers (e.g. ``inference-header-content-length`` of a binary request).
         source: where its content came from, for a reader (image sources: the file names, comma-separated).
+        key: the record key (None: the correlation ID).
+        expected_probability: the probability the model should give (events: ``expected_probability``).
     """
 
     correlation_id: str
@@ -64,6 +98,8 @@ class Outgoing:
     expected_reason: str | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
     source: str | None = None
+    key: bytes | None = None
+    expected_probability: float | None = None
 
     def manifest(self) -> dict[str, Any]:
         """The manifest line for this record."""
@@ -72,6 +108,8 @@ class Outgoing:
             entry["source"] = self.source
         if self.label is not None:
             entry["label"] = self.label
+        if self.expected_probability is not None:
+            entry["expected_probability"] = self.expected_probability
         if self.expected_reason is not None:
             entry["expected_reason"] = self.expected_reason
         return entry
@@ -184,8 +222,8 @@ async def send_all(
     on_acked: Callable[[Outgoing], None] | None = None,
     max_request_bytes: int = 1_048_576,
 ) -> None:
-    """Send ``records`` (key = the correlation ID; headers ``correlation_id`` = the ID unless ``headers`` gives
-    them), paced at ``rate`` records/s if given, and wait until the broker acknowledged every one.
+    """Send ``records`` (key = the record's key, else its correlation ID; headers ``correlation_id`` = the ID unless
+    ``headers`` gives them), paced at ``rate`` records/s if given, and wait until the broker acknowledged every one.
 
     Args:
         linger_ms: the producer's linger, ms (0 for latency measurements of single records).
@@ -225,7 +263,8 @@ async def send_all(
                         await asyncio.sleep(delay)
                 cid = rec.correlation_id.encode()
                 hdrs = headers(rec) if headers else [(CORRELATION_HEADER, cid), *rec.headers]
-                future = await producer.send(topic, value=rec.value, key=cid, headers=hdrs)
+                key = rec.key if rec.key is not None else cid
+                future = await producer.send(topic, value=rec.value, key=key, headers=hdrs)
                 if on_acked is not None:
                     future.add_done_callback(
                         lambda f, rec=rec: on_acked(rec) if not f.cancelled() and f.exception() is None else None
@@ -237,23 +276,100 @@ async def send_all(
         await producer.stop()
 
 
+def event_records(
+    run_id: str, events: list[dict[str, Any]], encode: Encoder, key_field: str | None = None
+) -> list[Outgoing]:
+    """One record per event (:mod:`producer_tools.events`): the expectations taken off into the manifest, the key
+    from ``key_field``, the value from ``encode``.
+
+    Raises:
+        BadArgument: an event lacks the key field or carries a malformed expectation.
+        producer_tools.events.RegistryUnavailable: the Avro encoder could not reach the registry.
+    """
+    out: list[Outgoing] = []
+    for number, event in enumerate(events, start=1):
+        label, probability = take_expectations(event, number)
+        key = key_of(event, key_field, number) if key_field else None
+        out.append(Outgoing(f"{run_id}-{number - 1:06d}", encode(event), label=label, key=key,
+                            expected_probability=probability))  # fmt: skip
+    return out
+
+
+def check_format(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """Refuse flags that do not apply to ``--format``, and take ``--schema-registry-url`` from
+    ``SCHEMA_REGISTRY_URL`` for Avro when it is not given.
+
+    Raises:
+        BadArgument: a bad combination (the flag named).
+    """
+    events_only = {"key_field": "--key-field"}
+    avro_only = {"schema": "--schema", "schema_registry_url": "--schema-registry-url"}
+    if args.format == "oip":
+        for dest, flag in {**avro_only, **events_only}.items():
+            if getattr(args, dest) is not None:
+                wanted = "json or avro" if dest in events_only else "avro"
+                raise BadArgument(f"{flag}: only with --format {wanted}, not --format oip (requests)")
+        return
+    for dest, flag in OIP_ONLY:
+        if getattr(args, dest) not in (None, False):
+            raise BadArgument(f"{flag}: only with --format oip (requests), not --format {args.format} (events)")
+    if not args.source.endswith(".jsonl"):
+        raise BadArgument(f"--source: --format {args.format} sends events from a .jsonl file, got {args.source!r}")
+    if args.format == "json":
+        for dest, flag in avro_only.items():
+            if getattr(args, dest) is not None:
+                raise BadArgument(f"{flag}: only with --format avro, not --format json")
+        return
+    if args.schema is None:
+        raise BadArgument("--schema: --format avro needs the events' Avro schema (FILE.avsc)")
+    args.schema_registry_url = args.schema_registry_url or env.get("SCHEMA_REGISTRY_URL") or None
+    if args.schema_registry_url is None:
+        raise BadArgument("--schema-registry-url: --format avro needs a schema registry (or set SCHEMA_REGISTRY_URL)")
+
+
+def event_source(args: argparse.Namespace) -> list[Outgoing]:
+    """The records of ``--format json|avro``: the events of ``--source``, encoded.
+
+    Raises:
+        BadArgument: an event cannot be used, or does not match ``--schema`` (checked for every event before the
+            registry is asked anything).
+        OSError, ValueError: the source cannot be read.
+        producer_tools.events.RegistryUnavailable: the schema registry could not be reached.
+    """
+    events = read_events(Path(args.source), args.limit)
+    if args.format == "json":
+        return event_records(args.run_id, events, json_encoder(), args.key_field)
+    text, parsed = load_schema(args.schema)
+    check_avro([{k: v for k, v in e.items() if k not in EXPECTATION_FIELDS} for e in events], parsed, args.schema)
+    encode = avro_encoder(args.schema_registry_url, text, args.topic)
+    return event_records(args.run_id, events, encode, args.key_field)
+
+
 def build_records(args: argparse.Namespace) -> list[Outgoing]:
-    """The records an invocation sends, from its ``--source``, ``--limit`` and ``--poison`` flags."""
+    """The records an invocation sends, from its ``--format``, ``--source``, ``--limit`` and ``--poison`` flags
+    (after :func:`check_format`).
+
+    Raises:
+        BadArgument: a flag's value cannot be used (named).
+        OSError, ValueError: the source cannot be read.
+        producer_tools.events.RegistryUnavailable: the schema registry could not be reached (``--format avro``).
+    """
     source: str = args.source
-    if source == "digits":
-        good = list(digits_requests(args.run_id, args.heldout, args.limit))
+    if args.format != "oip":
+        good = event_source(args)
+    elif source == "digits":
+        good = list(digits_requests(args.run_id, args.heldout or DEFAULT_HELDOUT, args.limit))
     elif source.endswith(".jsonl"):
         good = list(jsonl_requests(args.run_id, Path(source), args.limit))
     elif source.endswith(".npy"):
         good = list(npy_requests(args.run_id, Path(source), input_name(args), args.limit))
     elif source == "samples" or Path(source).is_dir():
-        if args.images_per_record < 1:
+        per_record = 1 if args.images_per_record is None else args.images_per_record
+        if per_record < 1:
             raise BadArgument("--images-per-record must be >= 1")
         images = sample_images() if source == "samples" else folder_images(Path(source))
         name = args.input_name or "image"
-        good = list(
-            image_requests(args.run_id, images, name, args.images_per_record, args.limit, binary=not args.base64)
-        )
+        good = list(image_requests(args.run_id, images, name, per_record, args.limit, binary=not args.base64))
     else:
         raise BadArgument(
             f"--source must be 'digits', 'samples', a folder of images, a .jsonl or a .npy file, got {source!r}"
@@ -261,7 +377,8 @@ def build_records(args: argparse.Namespace) -> list[Outgoing]:
     if not good:
         raise BadArgument(f"--source {source}: no records to send" + (f" (--limit {args.limit})" if args.limit else ""))
     for rec in good:  # refused before anything is sent, not halfway through
-        size = len(rec.value or b"") + len(rec.correlation_id) + sum(len(k) + len(v) for k, v in rec.headers)
+        key = rec.key if rec.key is not None else rec.correlation_id.encode()
+        size = len(rec.value or b"") + len(key) + sum(len(k) + len(v) for k, v in rec.headers)
         if size > args.max_request_bytes:
             raise BadArgument(
                 f"record {rec.correlation_id}" + (f" ({rec.source})" if rec.source else "") + f" is {size} bytes, "
@@ -300,13 +417,35 @@ def parser() -> argparse.ArgumentParser:
     add_bootstrap(p)
     p.add_argument("--topic", default="requests", help="requests topic")
     p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="oip",
+        help="oip: inference requests (default); json / avro: domain events from --source FILE.jsonl, as JSON "
+        "objects or as Confluent-framed Avro (--schema, --schema-registry-url)",
+    )
+    p.add_argument(
         "--source",
         default="digits",
-        help="'digits', FILE.jsonl, FILE.npy, a folder of images or 'samples' (scikit-image's photographs)",
+        help="oip: 'digits', FILE.jsonl, FILE.npy, a folder of images or 'samples' (scikit-image's photographs); "
+        "json / avro: FILE.jsonl of events",
     )
-    p.add_argument("--images-per-record", type=int, default=1, help="image sources: images per request record")
+    p.add_argument("--schema", type=Path, default=None, help="--format avro: the events' Avro schema (FILE.avsc)")
+    p.add_argument(
+        "--schema-registry-url",
+        default=None,
+        help="--format avro: the schema registry (Confluent-compatible API; default $SCHEMA_REGISTRY_URL)",
+    )
+    p.add_argument(
+        "--key-field",
+        default=None,
+        help="--format json / avro: key each record by this field (a dotted path, e.g. patient_id); default: the "
+        "correlation ID",
+    )
+    p.add_argument("--images-per-record", type=int, default=None, help="image sources: images per request record (1)")
     p.add_argument("--base64", action="store_true", help="image sources: base64 in JSON, not binary data")
-    p.add_argument("--heldout", type=Path, default=DEFAULT_HELDOUT, help="digits held-out split (.npz)")
+    p.add_argument(
+        "--heldout", type=Path, default=None, help=f"digits held-out split (.npz; default {DEFAULT_HELDOUT})"
+    )
     p.add_argument(
         "--input-name",
         default=None,
@@ -334,9 +473,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``streaminfer-produce``. Exit codes: 0 every record acknowledged; 1 the broker could not be
-    reached or a send failed (the manifest lists what was acknowledged); 2 bad arguments, an unreadable source or
-    a ``--topic`` that does not exist."""
+    """Entry point of ``streaminfer-produce``. Exit codes: 0 every record acknowledged; 1 the broker or the schema
+    registry could not be reached, or a send failed (the manifest lists what was acknowledged); 2 bad arguments (a
+    flag that does not apply to ``--format`` included), an unreadable source or schema, an event that does not
+    match the schema, or a ``--topic`` that does not exist."""
     args = parser().parse_args(argv)
     if args.rate is not None and args.rate <= 0:
         parser().error("--rate must be > 0")
@@ -345,10 +485,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.run_id = args.run_id or uuid.uuid4().hex[:8]
     quiet_client_logs()
     try:
+        check_format(args, os.environ)
         records = build_records(args)
     except BadArgument as exc:
         print(f"streaminfer-produce: {exc}", file=sys.stderr)
         return 2
+    except RegistryUnavailable as exc:
+        print(f"streaminfer-produce: {exc}; nothing sent", file=sys.stderr)
+        return 1
     except (OSError, ValueError) as exc:  # a missing or malformed source file
         print(f"streaminfer-produce: --source {args.source}: {exc}", file=sys.stderr)
         return 2

@@ -91,6 +91,19 @@ def digits_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def breast_cancer_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Folder with breast_cancer.onnx (one input per feature), breast_cancer_features.onnx, events.jsonl,
+    features.json, heldout.npz and metrics.json, built for this session by models/breast_cancer/build.py."""
+    out = tmp_path_factory.mktemp("breast_cancer")
+    subprocess.run(
+        [sys.executable, str(ROOT / "models" / "breast_cancer" / "build.py"), "--out", str(out)],
+        check=True,
+        timeout=300,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
 def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A second local broker with TLS and SASL_SSL listeners (``LocalBroker(security=True)``).
 

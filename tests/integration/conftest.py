@@ -1,10 +1,18 @@
-"""Integration fixtures: unique topics per test and an in-process consumer against the real broker."""
+"""Integration fixtures: unique topics per test, an in-process consumer against the real broker, and a real schema
+registry.
+
+The registry (``schema_registry_url``) is ``SCHEMA_REGISTRY_URL`` if set, else a :class:`harness.registry.LocalRegistry`
+(Apicurio Registry on a JDK >= 21) started for the session (``local_registry``, also what the tests that stop or
+freeze a registry use). With ``CI=true`` a registry that cannot start fails the tests that need one, with the reason;
+elsewhere they skip.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +24,7 @@ from consumer.app import StreamInferApp
 from consumer.config import Settings
 from consumer.model.runner import warmup_plan
 from consumer.ops.metrics import Metrics
+from harness.registry import LocalRegistry, RegistrySetupError
 from producer_tools.produce import Outgoing
 from producer_tools.results import Report, collect
 from producer_tools.topics import ensure_topics
@@ -24,6 +33,34 @@ pytestmark = pytest.mark.integration
 
 #: Settings check only that model_path is a file; tests that need no model point here.
 MODEL_PLACEHOLDER = Path(__file__)
+
+
+def _no_registry(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        pytest.fail(f"no schema registry for integration tests: {reason}", pytrace=False)
+    pytest.skip(f"no schema registry: {reason}")
+
+
+@pytest.fixture(scope="session")
+def local_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
+    """A local Apicurio Registry for this test session (stopped, its schemas deleted, at the end); tests may pause,
+    resume, freeze and thaw it, and leave it running."""
+    registry = LocalRegistry(tmp_path_factory.mktemp("registry"))
+    try:
+        registry.start(discard_stale=True)
+    except RegistrySetupError as exc:
+        _no_registry(f"the local registry did not start: {exc}")
+    try:
+        yield registry
+    finally:
+        registry.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(request: pytest.FixtureRequest) -> str:
+    """The Confluent-compatible URL of a real schema registry: ``SCHEMA_REGISTRY_URL``, else the session's
+    :func:`local_registry`."""
+    return os.environ.get("SCHEMA_REGISTRY_URL") or request.getfixturevalue("local_registry").url
 
 
 @pytest.fixture
