@@ -27,6 +27,8 @@ from consumer.app import StreamInferApp
 from consumer.budget import budget_problem, memory_limit_bytes
 from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError, RecordError
+from consumer.events.enrich import check_enriched
+from consumer.events.mapping import load_mapping
 from consumer.kafka.security import secret_values
 from consumer.model.runner import OnnxRunner, describe, warmup_plan
 from consumer.model.session import CUDA, TENSORRT, SessionOptions
@@ -82,8 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     try:
         secrets = secret_values(settings)
-    except OSError as exc:
-        print(f"streaminfer-consumer: sasl_password_file: {exc}", file=sys.stderr)
+    except ConfigError as exc:
+        print(f"streaminfer-consumer: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     limiter = setup_logging(settings.log_level, settings.log_json, secrets)
     metrics = Metrics(CollectorRegistry(auto_describe=True))
@@ -110,8 +112,11 @@ def _load_and_serve(
     held_client_logs: Callable[[], int],
     tracing: Tracing | None,
 ) -> int:
+    mapping = None
     try:
         runner = load_runner(settings)
+        if settings.request_format != "oip":  # the model must be fed from events as mapped: else exit 3, not later
+            mapping = load_mapping(runner.signature, settings.input_mapping, settings.enrich)
         sizes, lengths = warmup_plan(runner, settings.max_batch_size)
         if runner.signature.sequence is not None:
             log.info(
@@ -137,7 +142,7 @@ def _load_and_serve(
         log.warning("CUDA is active but NVML is not available: streaminfer_gpu_memory_used_bytes is not exported")
     checks.provider_ok = on_gpu or not settings.require_gpu
     checks.warm = True
-    app = StreamInferApp(settings, runner, metrics, held_client_logs=held_client_logs, tracing=tracing)
+    app = StreamInferApp(settings, runner, metrics, held_client_logs=held_client_logs, tracing=tracing, mapping=mapping)
     settle_garbage_collector()
     return asyncio.run(serve_until_signal(app, checks))
 
@@ -159,7 +164,7 @@ def load_runner(settings: Settings) -> OnnxRunner:
         settings.model_path,
         SessionOptions.from_settings(settings),
         warmup_sample=None if warmup is None else functools.partial(warmup_sample, warmup),
-        answer_encoders=(check_output,),
+        answer_encoders=(check_enriched,) if settings.enrich else (check_output,),
     )
 
 

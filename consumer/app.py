@@ -28,6 +28,8 @@ from consumer.config import Settings
 from consumer.delivery.at_least_once import AtLeastOnce
 from consumer.delivery.exactly_once import ExactlyOnce
 from consumer.delivery.stages import SHUTDOWN_STEP_TIMEOUT_S, Stages, build_stages
+from consumer.events.mapping import InputMapping
+from consumer.events.registry import Schemas, value_subject
 from consumer.kafka.clients import Clients, KafkaClients
 from consumer.kafka.link import BrokerLink
 from consumer.kafka.security import kafka_security_kwargs
@@ -56,6 +58,8 @@ class StreamInferApp:
         held_client_logs: how many Kafka client log records were held back so far
             (:attr:`consumer.ops.logs.ClientLogLimiter.held_total`), reported when the cluster answers again.
         tracing: OpenTelemetry spans (:func:`consumer.ops.tracing.from_environment`), or None: traces off.
+        mapping: events: the input mapping checked when the model was loaded (``consumer.__main__``); None: loaded
+            when the stages are built.
     """
 
     def __init__(
@@ -70,8 +74,10 @@ class StreamInferApp:
         clients: Clients | None = None,
         held_client_logs: Callable[[], int] | None = None,
         tracing: Tracing | None = None,
+        mapping: InputMapping | None = None,
     ) -> None:
         self._tracing = tracing
+        self._mapping = mapping
         self.settings = settings
         self.runner = runner
         self.metrics = metrics
@@ -90,11 +96,20 @@ class StreamInferApp:
         self._started_at = clock()
         metrics.seconds_since_progress.set_function(self._idle_s)
 
-    async def start(self) -> None:
-        """Connect, join the group and start the delivery mode's tasks.
+    async def start(self, stop: asyncio.Event | None = None) -> bool:
+        """Connect, join the group and start the delivery mode's tasks (Avro events with enriched results: once the
+        result schema of the requests subject's latest writer schema is registered, waiting out a schema registry
+        that does not answer).
+
+        Args:
+            stop: set meanwhile, start-up is given up (returns False).
+
+        Returns:
+            Whether the consumer started.
 
         Raises:
             aiokafka.errors.KafkaError: the broker cannot be reached.
+            ConfigError: the result schema is missing and may not be registered, or registering it was refused.
         """
         clients = self._clients or KafkaClients(self.settings, kafka_security_kwargs(self.settings))
         stages = build_stages(
@@ -107,7 +122,11 @@ class StreamInferApp:
             sleep=self._sleep,
             fail=self._fail,
             tracing=self._tracing,
+            mapping=self._mapping,
         )
+        self.stages = stages
+        if stages.schemas is not None and not await self._schemas_ready(stages.schemas, stop):
+            return False
         mode = AtLeastOnce(stages) if self.settings.delivery == "at_least_once" else ExactlyOnce(stages)
         await mode.start()
         self.stages, self.mode = stages, mode
@@ -124,10 +143,33 @@ class StreamInferApp:
         self._link_task = asyncio.create_task(self.link.watch(), name="streaminfer-kafka-link")
         loop = asyncio.get_running_loop()
         self.metrics.asyncio_tasks.set_function(lambda: len(asyncio.all_tasks(loop)))  # read at scrape time
+        return True
+
+    async def _schemas_ready(self, schemas: Schemas, stop: asyncio.Event | None) -> bool:
+        """The start-up check of the result schema (:meth:`consumer.events.registry.Schemas.start`), given up when
+        ``stop`` is set first."""
+        check = asyncio.ensure_future(schemas.start(value_subject(self.settings.requests_topic)))
+        if stop is None:
+            await check
+            return True
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([check, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not check.done():
+            check.cancel()
+            await asyncio.gather(check, return_exceptions=True)
+            await schemas.close()
+            return False
+        check.result()  # ConfigError: refused
+        return True
 
     async def run(self, stop: asyncio.Event) -> int:
         """Start, serve until ``stop`` is set or a task fails, then stop. Returns the process exit code."""
-        await self.start()
+        if not await self.start(stop):
+            log.info("stopped before start-up finished")
+            return 0
         assert self.mode is not None
         stop_task = asyncio.create_task(stop.wait())
         crash_task = asyncio.create_task(self._crashed.wait())
@@ -148,6 +190,8 @@ class StreamInferApp:
             self._link_task.cancel()
         if self.mode is not None:
             await self.mode.stop(max(0.5, self.settings.shutdown_grace_s - SHUTDOWN_RESERVE_S))
+        if self.stages is not None and self.stages.schemas is not None:
+            await self.stages.schemas.close()
         if self._tracing is not None:
             await asyncio.to_thread(self._tracing.close)  # exports what is buffered (a blocking HTTP call)
         log.info("stopped")
@@ -184,6 +228,9 @@ class StreamInferApp:
         Reads plain attributes only: safe from the HTTP thread."""
         if self._stopping or self.failed is not None:
             return False, "stopping"
+        registry_down = self._registry_down_since()
+        if registry_down is not None:
+            return False, f"schema registry unanswered for {self._clock() - registry_down:.0f} s"
         if not self.joined:
             return False, "joining the consumer group"
         down_since = self.link.down_since if self.link is not None else None
@@ -198,6 +245,8 @@ class StreamInferApp:
         lag; records produced meanwhile wait). Reads plain attributes only: safe from the HTTP thread."""
         if self.failed is not None:
             return False, f"background task failed: {self.failed!r}"
+        if self._registry_down_since() is not None:  # records wait for the registry: a restart would not help
+            return True, "holding records for the schema registry"
         idle_s = self._idle_s()
         stall_s = self.settings.stall_timeout_s
         if idle_s <= stall_s:
@@ -209,6 +258,10 @@ class StreamInferApp:
             return False, (f"stalled: kafka cluster silent for {silent_s:.0f} s (lag unknown), no fetch or commit "
                            f"for {idle_s:.0f} s")  # fmt: skip
         return True, "ok"
+
+    def _registry_down_since(self) -> float | None:
+        schemas = self.stages.schemas if self.stages is not None else None
+        return schemas.down_since if schemas is not None else None
 
     @property
     def lag(self) -> int:

@@ -211,6 +211,56 @@ class Settings(BaseSettings):
         description="Image models: images fetched but not yet answered before partitions are paused (each holds "
         "its preprocessed tensor, e.g. 588 KiB at float32 3 x 224 x 224), images.",
     )
+    # Events: domain events already on a topic (JSON, Avro through a schema registry) instead of OIP requests
+    request_format: Literal["oip", "json", "avro"] = Field(
+        "oip",
+        description="oip: Open Inference Protocol requests (JSON, binary extension, protobuf). json: one JSON object "
+        "per record, a domain event (a schema registry's JSON Schema framing is accepted). avro: Avro in the schema "
+        "registry's wire format (magic byte 0, schema ID), the writer schema fetched by ID (docs/events.md).",
+    )
+    result_format: Literal["oip", "enrich"] | None = Field(
+        None,
+        description="oip: an OIP inference response per record. enrich: the request event plus the model's outputs "
+        "as fields (JSON in, JSON out; Avro in, Avro out under the results topic's subject). Unset: enrich for json "
+        "and avro requests, oip for oip.",
+    )
+    input_mapping: Path | None = Field(
+        None,
+        description="json/avro: YAML file saying which event fields feed which model input, with defaults, lookup "
+        "tables and output field names (docs/events.md). Unset: every model input of shape [batch] or [batch, 1] is "
+        "fed by the event field of its name.",
+    )
+    schema_registry_url: str | None = Field(
+        None,
+        description="avro: the schema registry's Confluent-compatible API (e.g. http://registry:8081, or Apicurio's "
+        "http://host:8080/apis/ccompat/v7). Subjects follow TopicNameStrategy (<topic>-value).",
+    )
+    schema_registry_username: str | None = Field(None, description="Schema registry basic-auth user name.")
+    schema_registry_password: SecretStr | None = Field(
+        None, description="Schema registry basic-auth password (prefer schema_registry_password_file)."
+    )
+    schema_registry_password_file: Path | None = Field(
+        None, description="File holding the schema registry password (a mounted Secret)."
+    )
+    schema_registry_ca_file: Path | None = Field(
+        None, description="PEM file of CA certificates that sign the schema registry's certificate (https)."
+    )
+    schema_registry_timeout_ms: int = Field(
+        5_000, ge=100, description="Longest wait for one schema registry request before it counts as unanswered, ms."
+    )
+    register_result_schema: bool = Field(
+        True,
+        description="avro + enrich: register the result schema under <results_topic>-value when it is absent "
+        "(idempotent); false: only look it up (the operator registers it ahead; a missing one stops start-up or "
+        "dead-letters result_schema_refused).",
+    )
+    unknown_schema_retries: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description="avro: times a schema ID the registry does not know is asked for again, with backoff, before "
+        "its records are dead-lettered unknown_schema_id (a registry follower may lag).",
+    )
     # Batching and limits
     max_batch_size: int = Field(64, ge=1, le=MAX_ROWS_LIMIT, description="Flush a micro-batch at this many rows, rows.")
     max_batch_delay_ms: float = Field(
@@ -273,6 +323,13 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_json: bool = Field(False, description="Log one JSON object per line.")
 
+    @property
+    def enrich(self) -> bool:
+        """Whether results are enriched events (``result_format``; by default enrich for json and avro requests)."""
+        if self.result_format is not None:
+            return self.result_format == "enrich"
+        return self.request_format != "oip"
+
     @field_validator("requests_topic", "results_topic", "dead_letter_topic")
     @classmethod
     def _topic_name(cls, value: str) -> str:
@@ -325,6 +382,22 @@ class Settings(BaseSettings):
                 raise ValueError("image_preprocessing must be a JSON object")
         if self.warmup_request is not None and not self.warmup_request.is_file():
             raise ValueError(f"warmup_request {str(self.warmup_request)!r} is not a file")
+        if self.request_format == "avro" and not self.schema_registry_url:
+            raise ValueError("request_format=avro needs schema_registry_url")
+        if self.result_format == "enrich" and self.request_format == "oip":
+            raise ValueError("result_format=enrich needs request_format json or avro (an OIP request is no event)")
+        if self.input_mapping is not None:
+            if self.request_format == "oip":
+                raise ValueError("input_mapping is for request_format json or avro")
+            if not self.input_mapping.is_file():
+                raise ValueError(f"input_mapping {str(self.input_mapping)!r} is not a file")
+        if self.schema_registry_password_file is not None and not self.schema_registry_password_file.is_file():
+            raise ValueError(f"schema_registry_password_file {str(self.schema_registry_password_file)!r} is not a file")
+        if self.schema_registry_ca_file is not None and not self.schema_registry_ca_file.is_file():
+            raise ValueError(f"schema_registry_ca_file {str(self.schema_registry_ca_file)!r} is not a file")
+        has_password = self.schema_registry_password is not None or self.schema_registry_password_file is not None
+        if has_password != (self.schema_registry_username is not None):
+            raise ValueError("schema_registry_username and a schema registry password go together")
         if (self.tensorrt or self.fp16) and self.execution_provider == "cpu":
             raise ValueError("tensorrt and fp16 need a GPU; they cannot be used with execution_provider=cpu")
         used = []  # files are checked only where the protocol uses them (a mounted Secret may be absent otherwise)

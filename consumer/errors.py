@@ -87,6 +87,32 @@ class DeadLetterReason(StrEnum):
     INVALID_IMAGE = "invalid_image"
     """Image models: an image's bytes are not an image Pillow can decode (unknown or unsupported format,
     truncated, empty, corrupt); an image above ``image_max_pixels`` is ``too_large`` instead."""
+    MISSING_FIELD = "missing_field"
+    """Events (``request_format`` json or avro): a field the input mapping needs is absent or null and the mapping
+    gives it no default; with Avro, also every record of a writer schema that lacks such a field."""
+    WRONG_TYPE = "wrong_type"
+    """Events: a field's value cannot feed its model input losslessly (a string for a number, a fraction or a
+    boolean for an integer, a number for a string input, an object or array where a scalar is needed, an array of
+    the wrong length, a value out of the input's range); with Avro, also every record of a writer schema whose
+    field type cannot (decimal, bytes, a record or map where a scalar is needed)."""
+    UNKNOWN_CATEGORY = "unknown_category"
+    """Events: a field with a lookup table holds a value that is not in it, and the mapping gives no ``unknown``
+    code."""
+    FIELD_CLASH = "field_clash"
+    """Events, enriched results: the event already has a field named like a model output, which the result would
+    overwrite; with Avro, every record of a writer schema that has one."""
+    NOT_IN_WIRE_FORMAT = "not_in_wire_format"
+    """Avro events: the value is not in the schema registry's wire format (magic byte 0, a 4-byte big-endian
+    schema ID, then the payload), e.g. plain JSON or too short."""
+    UNKNOWN_SCHEMA_ID = "unknown_schema_id"
+    """Avro events: the schema registry does not know the record's schema ID (asked ``unknown_schema_retries``
+    times with backoff: a registry follower may not know a new ID for a moment). A registry that does not answer
+    is waited out instead: never a dead letter."""
+    INVALID_AVRO = "invalid_avro"
+    """Avro events: the payload does not decode with its writer schema (truncated, trailing bytes, corrupt)."""
+    RESULT_SCHEMA_REFUSED = "result_schema_refused"
+    """Avro events, enriched results: the result schema of the record's writer schema is not under the results
+    topic's subject and registering it was refused or is turned off (``register_result_schema``)."""
 
 
 class StreamInferError(Exception):

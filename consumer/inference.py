@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from consumer.errors import DeadLetterReason, InferenceError
+from consumer.errors import DeadLetterReason, InferenceError, RecordError
+from consumer.events.enrich import EnrichedAnswers
 from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner, non_finite_outputs, split
 from consumer.model.sequence import CPU_BUCKETS, GPU_BUCKETS, bucket, length_buckets
@@ -67,6 +68,8 @@ class BatchRunner:
             after ``backoff``'s pause (awaited with ``sleep``: the event loop, heartbeats included, runs meanwhile),
             before it is bisected.
         tracing: a span per batch run (:mod:`consumer.ops.tracing`), or None.
+        enriched: events with enriched results: their encoder (:class:`consumer.events.enrich.EnrichedAnswers`);
+            None: OIP responses.
 
     Attributes:
         batch_tokens: the batcher's token budget (rows x length bucket), tokens; None for other models.
@@ -85,8 +88,10 @@ class BatchRunner:
         backoff: Backoff | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         tracing: Tracing | None = None,
+        enriched: EnrichedAnswers | None = None,
     ) -> None:
         self.runner = runner
+        self._enriched = enriched
         self._tracing = tracing
         self._retries = retries
         self._backoff = backoff or Backoff()
@@ -213,6 +218,9 @@ class BatchRunner:
         self, batch: Sequence[Work], requests: Sequence[DecodedRequest], outputs: dict[str, np.ndarray], length: int
     ) -> None:
         """Set each item's result (or error) from the batch's outputs."""
+        if self._enriched is not None:  # events: one row each, every output, enriched
+            self._answer_batch(batch, requests, outputs)
+            return
         if self._sequence is None and all(r.outputs is None and not r.binary_output for r in requests):
             try:
                 self._answer_batch(batch, requests, outputs)
@@ -249,8 +257,12 @@ class BatchRunner:
         """Every output for every request, encoded for the whole batch; non-finite rows found with one check."""
         rows = [r.rows for r in requests]
         chosen = [(name, outputs[name]) for name in self._names]
-        ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in batch]
-        results = self._encoder.encode(ids, rows, chosen)
+        results: Sequence[bytes | RecordError]
+        if self._enriched is not None:
+            results = self._enriched.encode(batch, outputs)
+        else:
+            ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in batch]
+            results = self._encoder.encode(ids, rows, chosen)
         bad_rows = None
         whole = self.runner.signature.whole_outputs
         total = sum(rows)
@@ -264,7 +276,10 @@ class BatchRunner:
                     bad_rows = ~finite if bad_rows is None else bad_rows | ~finite
         if bad_rows is None:
             for work, result in zip(batch, results, strict=True):
-                work.result = result
+                if isinstance(result, RecordError):  # the enriched encoder's
+                    work.error = result
+                else:
+                    work.result = result
             return
         start = 0
         for work, n, result in zip(batch, rows, results, strict=True):
@@ -278,6 +293,8 @@ class BatchRunner:
                 work.error = InferenceError(
                     DeadLetterReason.NON_FINITE_OUTPUT, f"outputs {names} hold NaN or Inf for this record"
                 )
+            elif isinstance(result, RecordError):
+                work.error = result
             else:
                 work.result = result
             start += n

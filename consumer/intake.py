@@ -6,6 +6,10 @@ the GIL), so a chunk of large texts never holds up the event loop (heartbeats, p
 check); images likewise, that thread waiting on :class:`~consumer.model.vision.ImageEncoder`'s pool while it decodes
 them in parallel; tensor requests are decoded on the loop, where a thread hop would cost more than it saves.
 
+Events (``request_format`` json or avro) are decoded by :class:`consumer.events.decode.EventDecoder` instead, on
+the loop: their writer schemas are resolved first (:meth:`~consumer.events.decode.EventDecoder.prepare`, waiting
+out an unreachable schema registry while ``idle`` keeps the group membership), then the chunk is decoded at once.
+
 The chunk's decode time goes to ``streaminfer_stage_seconds_total{stage="decode"}`` and, divided by its records,
 to ``streaminfer_preprocess_seconds`` once per record.
 """
@@ -19,7 +23,9 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from consumer.errors import DeadLetterReason, DecodeError, RecordError
+from consumer.errors import DeadLetterReason, DecodeError
+from consumer.events.decode import TOMBSTONE, EventDecoder
+from consumer.events.registry import Idle
 from consumer.kafka.unpack import Dropped
 from consumer.model.sequence import TextEncoder
 from consumer.model.vision import ImageEncoder
@@ -41,6 +47,7 @@ class Intake:
         metrics: decode time.
         clock: monotonic seconds.
         images: an image model's encoder, or None.
+        events: the event decoder (``request_format`` json or avro), or None: OIP requests.
     """
 
     def __init__(
@@ -51,8 +58,10 @@ class Intake:
         metrics: Metrics,
         clock: Callable[[], float],
         images: ImageEncoder | None = None,
+        events: EventDecoder | None = None,
     ) -> None:
         self._signature = signature
+        self.events = events
         self._limits = limits
         self._text = text
         self.images = images
@@ -73,13 +82,18 @@ class Intake:
             self.images.close()
 
     async def decode(
-        self, fetched: dict[TopicPartition, list[Any]], tracker: OffsetTracker[TopicPartition]
+        self,
+        fetched: dict[TopicPartition, list[Any]],
+        tracker: OffsetTracker[TopicPartition],
+        idle: Idle | None = None,
     ) -> list[Work]:
         """Track and decode a fetched chunk.
 
         Args:
             fetched: records per partition, each partition's in offset order.
             tracker: every record is tracked in its partition's offsets (in fetch order) before it is returned.
+            idle: Avro events: how to wait while the schema registry does not answer (the delivery mode's
+                :meth:`consumer.kafka.source.Source.hold`); default: sleep.
 
         Returns:
             One work item per record, partition by partition in fetch order: a request, or the error that
@@ -88,6 +102,8 @@ class Intake:
         records = [rec for recs in fetched.values() for rec in recs]
         if not records:
             return []
+        if self.events is not None:
+            await self.events.prepare([rec.value for rec in records], idle)
         started = self._clock()
         if self._decoder is None:
             parsed = self._parse(records)
@@ -106,21 +122,31 @@ class Intake:
                 if type(outcome) is DecodedRequest:
                     cid = correlation_id(rec.headers, outcome.id, rec.key, (topic, partition, offset))
                     append(Work(rec, tp, offsets, cid, outcome, None, outcome.rows, started))
+                elif outcome is TOMBSTONE:
+                    cid = correlation_id(rec.headers, None, rec.key, (topic, partition, offset))
+                    work = Work(rec, tp, offsets, cid, None, None, 1, started)
+                    work.tombstone = True
+                    append(work)
                 else:
                     cid = correlation_id(rec.headers, None, rec.key, (topic, partition, offset))
-                    append(Work(rec, tp, offsets, cid, None, outcome, 1, started))  # type: ignore[arg-type]
+                    append(Work(rec, tp, offsets, cid, None, outcome, 1, started))
             first += len(recs)
         elapsed = self._clock() - started
         self._stage.inc(elapsed)
         self._metrics.preprocess_seconds.observe(elapsed / len(records), len(records))
         return works
 
-    def _parse(self, records: list[Any]) -> list[DecodedRequest | RecordError]:
-        """Decode and validate every record (thread-safe: reads only the signature, limits and tokenizer)."""
+    def _parse(self, records: list[Any]) -> list[Any]:
+        """Decode and validate every record (thread-safe: reads only the signature, limits and tokenizer): a
+        DecodedRequest, a RecordError or (events) TOMBSTONE each."""
         stand_ins = {i: rec for i, rec in enumerate(records) if type(rec) is UndecodableRecord}
         values = [rec.value for rec in records]
-        headers = [rec.headers for rec in records]
-        outcomes = decode_chunk(values, headers, self._signature, self._limits, self._text, self.images)
+        outcomes: list[Any]
+        if self.events is not None:
+            outcomes = self.events.decode([None if type(v) is Dropped else v for v in values])
+        else:
+            headers = [rec.headers for rec in records]
+            outcomes = decode_chunk(values, headers, self._signature, self._limits, self._text, self.images)
         for i, rec in stand_ins.items():
             outcomes[i] = DecodeError(DeadLetterReason.UNDECODABLE_RECORD, rec.error)
         for i, value in enumerate(values):

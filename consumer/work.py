@@ -6,6 +6,7 @@ it along each arrow, and the fields that show each state::
     fetched --intake.Intake.decode--> decoded (request set)  ---------------------------+
        |                                                                                |
        +--intake--> decoded as a dead letter (error set, request None, answered True)   |
+       +--intake--> a tombstone event (``tombstone``, request and error None, answered)  |
                                                                                         v
     queued: stages.Stages.queue puts it in the micro-batcher (batcher.MicroBatcher) by its request's shape
        |
@@ -67,6 +68,20 @@ class Limits:
 ShapeKey = tuple[tuple[str, tuple[int, ...]], ...]
 
 
+@dataclass(slots=True)
+class Event:
+    """A decoded domain event (``request_format`` json or avro), kept beside its tensors for the enriched result.
+
+    Attributes:
+        fields: the event as decoded (a JSON object, or the Avro record as fastavro reads it with logical types
+            left raw: :mod:`consumer.events.avro`).
+        schema_id: Avro: the writer schema's ID in the registry; None for JSON.
+    """
+
+    fields: dict[str, Any]
+    schema_id: int | None = None
+
+
 class DecodedRequest:
     """A validated request, ready to batch.
 
@@ -83,6 +98,8 @@ class DecodedRequest:
         protobuf: the record was a protobuf ``ModelInferRequest`` (:mod:`consumer.oip.proto`).
         pending: image models: the request's images, not yet decoded (encoded bytes or ``[H, W, 3]`` uint8), until
             :meth:`consumer.model.vision.ImageEncoder.finish` calls :meth:`complete`; None otherwise.
+        event: an event request (``request_format`` json or avro): the decoded event, kept for its enriched result;
+            None for an OIP request.
     """
 
     __slots__ = (
@@ -90,6 +107,7 @@ class DecodedRequest:
         "_shape_key",
         "binary_output",
         "block",
+        "event",
         "id",
         "length",
         "outputs",
@@ -122,6 +140,7 @@ class DecodedRequest:
         self._shape_key = shape_key
         self.protobuf = False  # a ModelInferRequest: answered with a ModelInferResponse (consumer.oip.proto)
         self.pending: list[Any] | None = None
+        self.event: Event | None = None
 
     def complete(self, inputs: dict[str, np.ndarray]) -> None:
         """Image models: the preprocessed inputs ``[rows, ...]`` of a pending request."""
@@ -194,6 +213,7 @@ class Work:
         solo: the broker refused a produce request holding it as too large: send it alone before judging it.
         reduced: write the reduced dead letter (the full one was too large).
         order: its partition's order in the publisher (:class:`PartitionOrder`), once registered; None before.
+        tombstone: an event request with a null value: not scored, answered with a tombstone of the same key.
     """
 
     __slots__ = (
@@ -211,6 +231,7 @@ class Work:
         "result_json_length",
         "rows",
         "solo",
+        "tombstone",
         "tp",
     )
 
@@ -240,6 +261,7 @@ class Work:
         self.solo = False
         self.reduced = False
         self.order: PartitionOrder | None = None
+        self.tombstone = False
 
     @property
     def offset(self) -> int:

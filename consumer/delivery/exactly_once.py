@@ -138,7 +138,7 @@ class ExactlyOnce:
             if not fetched and not transactions:
                 return  # nothing open: let a rebalance or a stop in between windows
             if fetched:
-                works = self._mine(await st.intake.decode(fetched, st.tracker))
+                works = self._mine(await st.intake.decode(fetched, st.tracker, st.source.hold))
                 for work in works:
                     st.writer.ladder.resume(work)
                 self.held.add(works)

@@ -268,8 +268,11 @@ class AnswerWriter:
 def count_answers(metrics: Metrics, works: Sequence[Work], now_ms: float) -> None:
     """Metrics of acknowledged answers (once per batch) and the log line of each dead letter."""
     dead = [w for w in works if w.error is not None]
-    if len(dead) < len(works):
-        metrics.records.labels("result").inc(len(works) - len(dead))
+    tombstones = sum(1 for w in works if w.tombstone)
+    if tombstones:
+        metrics.records.labels("tombstone").inc(tombstones)
+    if len(dead) + tombstones < len(works):
+        metrics.records.labels("result").inc(len(works) - len(dead) - tombstones)
     if dead:
         metrics.records.labels("dead_letter").inc(len(dead))
         for work in dead:

@@ -9,10 +9,15 @@ from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
+from confluent_kafka.schema_registry import AsyncSchemaRegistryClient
 
 from consumer.batcher import MicroBatcher
 from consumer.config import Settings
 from consumer.delivery.publisher import AnswerWriter, SizeLadder, count_answers
+from consumer.events.decode import EventDecoder
+from consumer.events.enrich import EnrichedAnswers
+from consumer.events.mapping import InputMapping, load_mapping
+from consumer.events.registry import Schemas, client_config, value_subject
 from consumer.inference import BatchRunner
 from consumer.intake import Intake
 from consumer.kafka.clients import Clients
@@ -56,6 +61,7 @@ class Stages:
         sleep: ``asyncio.sleep`` or a fake that a test's clock resolves.
         fail: reports a failed background task (the process then stops with exit code 1).
         tracing: OpenTelemetry spans (:mod:`consumer.ops.tracing`), or None when traces are off.
+        schemas: Avro events: the schema registry's writer and result schemas; None otherwise.
     """
 
     settings: Settings
@@ -72,6 +78,7 @@ class Stages:
     sleep: Sleep
     fail: Fail
     tracing: Tracing | None = None
+    schemas: Schemas | None = None
     #: Whether the group was joined once (the "serving" line is logged then, not before).
     served: bool = False
 
@@ -148,11 +155,16 @@ def build_stages(
     sleep: Sleep,
     fail: Fail,
     tracing: Tracing | None = None,
+    mapping: InputMapping | None = None,
 ) -> Stages:
     """Every stage, wired to one tracker and one progress mark.
 
+    Args:
+        mapping: events (``request_format`` json or avro): the input mapping (:func:`consumer.events.mapping.
+            load_mapping`, checked when the model was loaded); None: loaded here.
+
     Raises:
-        consumer.errors.ModelError: the tokenizer cannot be loaded.
+        consumer.errors.ModelError: the tokenizer cannot be loaded, or the model cannot be fed from events as mapped.
     """
     s = settings
     sequence = runner.signature.sequence
@@ -189,15 +201,12 @@ def build_stages(
         required={"results_topic": s.results_topic, "dead_letter_topic": s.dead_letter_topic},
         sleep=sleep,
     )
-    intake = Intake(
-        runner.signature,
-        Limits(s.max_record_bytes, s.max_record_rows, s.max_record_tokens),
-        text,
-        metrics,
-        clock,
-        images,
+    limits = Limits(s.max_record_bytes, s.max_record_rows, s.max_record_tokens)
+    events, enriched, schemas = _events(s, runner, metrics, limits, mapping, clock, sleep)
+    intake = Intake(runner.signature, limits, text, metrics, clock, images, events)
+    records = AnswerRecords(
+        results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id, enrich=s.enrich
     )
-    records = AnswerRecords(results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id)
     writer = AnswerWriter(records, SizeLadder(s.producer_max_request_bytes), metrics, clock, wall_clock)
     return Stages(
         settings=s,
@@ -214,6 +223,7 @@ def build_stages(
             backoff=backoff(s),
             sleep=sleep,
             tracing=tracing,
+            enriched=enriched,
         ),
         writer=writer,
         tracker=tracker,
@@ -223,7 +233,44 @@ def build_stages(
         sleep=sleep,
         fail=fail,
         tracing=tracing,
+        schemas=schemas,
     )
+
+
+def _events(
+    s: Settings,
+    runner: OnnxRunner,
+    metrics: Metrics,
+    limits: Limits,
+    mapping: InputMapping | None,
+    clock: Callable[[], float],
+    sleep: Sleep,
+) -> tuple[EventDecoder | None, EnrichedAnswers | None, Schemas | None]:
+    """Events (``request_format`` json or avro): the decoder, the enriched answers' encoder (``result_format``
+    enrich) and, for Avro, the schema registry's schemas; (None, None, None) for OIP requests."""
+    if s.request_format == "oip":
+        return None, None, None
+    signature = runner.signature
+    mapping = mapping or load_mapping(signature, s.input_mapping, s.enrich)
+    schemas = None
+    if s.request_format == "avro":
+        schemas = Schemas(
+            AsyncSchemaRegistryClient(client_config(s)),
+            mapping,
+            signature,
+            value_subject(s.results_topic) if s.enrich else None,
+            register=s.register_result_schema,
+            unknown_retries=s.unknown_schema_retries,
+            backoff=backoff(s),
+            clock=clock,
+            sleep=sleep,
+            reachable=lambda ok: metrics.schema_registry_reachable.set(1 if ok else 0),
+            url=s.schema_registry_url or "",
+        )
+    result_fields = [name for _, name in mapping.outputs] if s.enrich else []
+    decoder = EventDecoder(s.request_format, mapping, limits, schemas, result_fields)
+    enriched = EnrichedAnswers(signature, mapping, s.request_format, schemas) if s.enrich else None
+    return decoder, enriched, schemas
 
 
 def backoff(s: Settings) -> Backoff:

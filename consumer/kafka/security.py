@@ -6,27 +6,42 @@ Secrets are read here, at start-up, from ``sasl_password`` (environment ``STREAM
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from aiokafka.helpers import create_ssl_context
 
 from consumer.config import Settings
+from consumer.errors import ConfigError
 
 
 def secret_values(settings: Settings) -> list[str]:
-    """Every secret the settings hold (SASL password, from the file too; TLS key password), for log redaction.
+    """Every secret the settings hold (SASL password, from the file too; TLS key password; the schema registry's
+    password, from its file too), for log redaction.
 
     Raises:
-        OSError: ``sasl_password_file`` is set, used, and unreadable.
+        ConfigError: ``sasl_password_file`` or ``schema_registry_password_file`` is set, used, and unreadable (the
+            setting named).
     """
     values = []
     if settings.sasl_password is not None:
         values.append(settings.sasl_password.get_secret_value())
     if settings.sasl_password_file is not None and settings.security_protocol.startswith("SASL"):
-        values.append(settings.sasl_password_file.read_text().strip())
+        values.append(_read_secret("sasl_password_file", settings.sasl_password_file))
     if settings.ssl_key_password is not None:
         values.append(settings.ssl_key_password.get_secret_value())
+    if settings.schema_registry_password is not None:
+        values.append(settings.schema_registry_password.get_secret_value())
+    if settings.schema_registry_password_file is not None and settings.schema_registry_username is not None:
+        values.append(_read_secret("schema_registry_password_file", settings.schema_registry_password_file))
     return [v for v in values if v]
+
+
+def _read_secret(name: str, path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def kafka_security_kwargs(settings: Settings) -> dict[str, Any]:

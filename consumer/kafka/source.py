@@ -161,6 +161,23 @@ class Source:
                 self._progress.mark()
         return fetched
 
+    async def hold(self, seconds: float) -> None:
+        """Wait about ``seconds`` while fetched records are held (for the schema registry), the group membership kept:
+        every assigned partition is paused and the client polled (so ``max_poll_interval_ms`` does not pass), then
+        the partitions this call paused are resumed. Records a rebalance let through meanwhile are sought back to."""
+        consumer = self.consumer
+        paused_here = consumer.assignment() - consumer.paused()
+        if paused_here:
+            consumer.pause(*paused_here)
+        try:
+            slipped = await consumer.getmany(timeout_ms=max(1, int(seconds * 1000)), max_records=1)
+        finally:
+            assigned = consumer.assignment()
+            consumer.resume(*(paused_here & assigned))
+        for tp, records in slipped.items():  # a partition assigned during the wait: read it again from there
+            if records and tp in consumer.assignment():
+                consumer.seek(tp, records[0].offset)
+
     def caught_up(self, fetched: Fetched, asked: int) -> bool:
         """Whether the fetch that returned ``fetched`` (``asked``: its ``max_records``) left nothing behind: fewer
         records than asked (the client's buffer is empty) and, for each partition in it, its last record is the

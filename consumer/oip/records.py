@@ -35,6 +35,18 @@ is its last) and gets::
     streaminfer.error.compressed_bytes      its compressed payload, bytes
     streaminfer.error.unpacked_bytes_over   the cap it passed (it unpacks to more), bytes
 
+Enriched results (events, ``result_format=enrich``): key = the request's key; value = the event with the model's
+outputs (:mod:`consumer.events.enrich`); headers = the request's own, in order, but for the registry serializers'
+``__key_schema_id`` / ``__value_schema_id`` (a reader would decode the result with the request's schema) and the
+two below, which come first::
+
+    correlation_id                      the correlation ID, byte-for-byte
+    streaminfer.request.timestamp_ms    the request record's timestamp, ms since the epoch (decimal text)
+
+A tombstone (an event request with a null value) is answered with a tombstone: the request's key, a null value and
+the same headers, so a compacted results topic forgets the key too (a keyless one gets an empty value: Kafka clients
+need a key or a value).
+
 Records are only built here; :mod:`consumer.delivery.publisher` appends them to producer batches.
 """
 
@@ -72,6 +84,9 @@ UNPACKED_OVER_HEADER = "streaminfer.error.unpacked_bytes_over"
 _JSON = ("content-type", b"application/json")
 _OCTET_STREAM = ("content-type", b"application/octet-stream")
 
+#: Request headers an enriched result does not copy: they describe the request's own serialization.
+NOT_COPIED = frozenset({CORRELATION_HEADER, REQUEST_TIMESTAMP_HEADER, "__key_schema_id", "__value_schema_id"})
+
 #: Longest message written to a dead letter's message header, characters.
 MAX_MESSAGE_CHARS = 1000
 #: In a reduced dead letter (the full one is too large to produce), each header value is cut to this, bytes.
@@ -100,16 +115,29 @@ class AnswerRecords:
         results_topic: topic for responses.
         dead_letter_topic: topic for dead letters.
         group_id: consumer group, written into dead letters.
+        enrich: results are enriched events (the request's headers kept).
     """
 
-    def __init__(self, *, results_topic: str, dead_letter_topic: str, group_id: str) -> None:
+    def __init__(self, *, results_topic: str, dead_letter_topic: str, group_id: str, enrich: bool = False) -> None:
         self.results_topic = results_topic
         self.dead_letter_topic = dead_letter_topic
         self._group = group_id.encode()
+        self._enrich = enrich
 
     def of(self, work: Work) -> AnswerRecord:
-        """The record answering ``work``: its result, or else its dead letter (reduced when ``work.reduced``)."""
+        """The record answering ``work``: its result (a tombstone's tombstone), or else its dead letter (reduced when
+        ``work.reduced``)."""
+        if work.tombstone:  # keyless, it gets an empty value: Kafka clients need a key or a value
+            value = None if work.record.key is not None else b""
+            return self.results_topic, work.record.key, value, self.kept_headers(work.record, work.correlation_id)
         if work.error is None and work.result is not None:
+            if self._enrich:
+                return (
+                    self.results_topic,
+                    work.record.key,
+                    work.result,
+                    self.kept_headers(work.record, work.correlation_id),
+                )
             protobuf = work.request is not None and work.request.protobuf
             return self.result(work.record, work.correlation_id, work.result, work.result_json_length, protobuf)
         error = work.error or RecordError(DeadLetterReason.INFERENCE_ERROR, "no result was produced")
@@ -151,6 +179,17 @@ class AnswerRecords:
         if record.headers:
             headers += [h for h in record.headers if h[0] in TRACE_CONTEXT_HEADERS]
         return self.results_topic, record.key, value, headers
+
+    def kept_headers(self, record: RecordLike, correlation_id: bytes) -> Headers:
+        """An enriched result's (or a tombstone's) headers: the correlation ID and the request's timestamp, then the
+        request's own headers but for :data:`NOT_COPIED`."""
+        headers: Headers = [
+            (CORRELATION_HEADER, correlation_id),
+            (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
+        ]
+        if record.headers:
+            headers += [h for h in record.headers if h[0] not in NOT_COPIED]
+        return headers
 
     def dead_letter(
         self, record: RecordLike, correlation_id: bytes, error: RecordError, *, reduced: bool = False

@@ -24,7 +24,7 @@ STAGE_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
 #: End-to-end record age at publish, seconds.
 AGE_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-OUTCOMES = ("result", "dead_letter")
+OUTCOMES = ("result", "dead_letter", "tombstone")
 #: Where a record's time goes on the consumer (``streaminfer_stage_seconds_total{stage}``): fetch (the Kafka
 #: client's fetch call, record parsing included), decode (decode and validate), assemble (input tensors of a
 #: batch), infer (ONNX Runtime, in its thread), encode (responses), produce (answers into producer batches and
@@ -93,7 +93,12 @@ class Metrics:
             ["stage"],
             registry=registry,
         )
-        self.records = Counter("streaminfer_records", "Records answered, by outcome.", ["outcome"], registry=registry)
+        self.records = Counter(
+            "streaminfer_records",
+            "Records answered, by outcome (tombstone: an event with a null value, forwarded unscored).",
+            ["outcome"],
+            registry=registry,
+        )
         self.dead_letters = Counter(
             "streaminfer_dead_letters", "Dead letters written, by reason.", ["reason"], registry=registry
         )
@@ -155,6 +160,11 @@ class Metrics:
         self.kafka_reachable = Gauge(
             "streaminfer_kafka_reachable",
             "1 while the cluster answers metadata requests (checked every 5 s), 0 during an outage.",
+            registry=registry,
+        )
+        self.schema_registry_reachable = Gauge(
+            "streaminfer_schema_registry_reachable",
+            "Avro events: 1 while the schema registry answers, 0 while records wait for it to answer again.",
             registry=registry,
         )
         self.model = Info("streaminfer_model", "Served model and active execution provider.", registry=registry)

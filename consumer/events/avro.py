@@ -1,0 +1,241 @@
+"""Avro through a schema registry: the wire format, writer schemas checked against the input mapping, result schemas.
+
+**Wire format** (Confluent's, which Apicurio's compatible API and every registry-aware serializer write): byte 0 is
+the magic byte ``0``, bytes 1-4 the schema ID (big-endian), the rest the Avro binary encoding of one datum of that
+schema (:func:`split_frame`).
+
+**Logical types are read raw** (:func:`raw`): a ``timestamp-millis`` is its ``long`` (ms since the epoch),
+``timestamp-micros`` its ``long`` (us), ``date`` its ``int`` (days since the epoch), ``time-millis`` /
+``time-micros`` their ``int`` / ``long`` since midnight, ``uuid`` its ``string``. So they feed numeric (or string)
+inputs as those numbers, never guessed at, and an enriched result writes them back byte for byte. A ``decimal``
+(``bytes`` or ``fixed``) feeds no input: a field of that type is ``wrong_type`` for every record of its schema.
+
+**Writer schemas are checked once** per schema ID (:func:`check_writer`), when it is first seen: a field the mapping
+needs that the schema lacks (without a default in the mapping) is ``missing_field``, a type that cannot feed its
+input ``wrong_type``, an output field the schema already has ``field_clash``; every record of that schema then gets
+that reason. A field added upstream changes nothing.
+
+**The result schema** (:func:`result_schema`) is the writer schema plus one field per output, ``["null", T]`` with
+default null (so it stays compatible with the writer's evolution): ``T`` is ``float`` for FP32/FP16/BF16,
+``double`` for FP64, ``int`` for INT8-32 and UINT8-16, ``long`` for INT64 and UINT32-64, ``boolean``, ``string`` for
+BYTES; an output of more than one value per row is an ``array`` of them (nested for each further axis).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import fastavro
+import numpy as np
+
+from consumer.errors import DeadLetterReason, RecordError, ValidationError
+from consumer.events.mapping import REQUIRED, InputMapping
+from consumer.schema import TensorSpec
+
+#: The registry wire format's first byte.
+MAGIC = 0
+#: Magic byte and schema ID, bytes.
+HEADER_BYTES = 5
+
+_NUMERIC = {"int", "long", "float", "double"}
+_INTEGRAL = {"int", "long"}
+
+
+def split_frame(value: bytes) -> tuple[int, memoryview] | None:
+    """(schema ID, payload) of a value in the registry's wire format; None when it is not (too short, or another
+    first byte)."""
+    if len(value) < HEADER_BYTES or value[0] != MAGIC:
+        return None
+    return int.from_bytes(value[1:HEADER_BYTES], "big"), memoryview(value)[HEADER_BYTES:]
+
+
+def frame(schema_id: int, payload: bytes) -> bytes:
+    """``payload`` in the registry's wire format for ``schema_id``."""
+    return bytes((MAGIC,)) + schema_id.to_bytes(4, "big") + payload
+
+
+def raw(schema: Any) -> Any:
+    """``schema`` (parsed JSON) without its ``logicalType`` annotations: values read and written as their
+    underlying type (module docstring)."""
+    if isinstance(schema, dict):
+        return {k: raw(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [raw(s) for s in schema]
+    return schema
+
+
+def parse(schema: Any) -> Any:
+    """fastavro's parsed form of ``schema`` (JSON) with logical types left raw, its named types in a namespace of
+    their own (two writer schemas may reuse a name).
+
+    Raises:
+        fastavro.schema.SchemaParseException, ValueError: not a valid Avro schema.
+    """
+    return fastavro.parse_schema(raw(schema), named_schemas={})
+
+
+def decode(parsed: Any, payload: memoryview) -> Any:
+    """One datum of ``payload``, every byte of it.
+
+    Raises:
+        ValidationError: invalid_avro: it does not decode with the schema, or bytes are left over.
+    """
+    stream = io.BytesIO(payload)
+    try:
+        datum = fastavro.schemaless_reader(stream, parsed, None)
+    except Exception as exc:  # noqa: BLE001 (fastavro raises EOFError, ValueError, UnicodeDecodeError, IndexError...)
+        raise ValidationError(DeadLetterReason.INVALID_AVRO, f"does not decode with its schema: {exc!r:.200}") from None
+    if stream.tell() != len(payload):
+        raise ValidationError(
+            DeadLetterReason.INVALID_AVRO, f"{len(payload) - stream.tell()} bytes left over after the datum"
+        )
+    return datum
+
+
+def encode(parsed: Any, datum: dict[str, Any]) -> bytes:
+    """The Avro binary encoding of ``datum`` (schemaless: no frame).
+
+    Raises:
+        ValueError, TypeError: the datum does not fit the schema.
+    """
+    stream = io.BytesIO()
+    fastavro.schemaless_writer(stream, parsed, datum)
+    return stream.getvalue()
+
+
+# ------------------------------------------------------------------------------------------------ writer schemas
+def check_writer(schema: Any, mapping: InputMapping, output_fields: Sequence[str]) -> RecordError | None:
+    """Whether every record of writer schema ``schema`` (JSON) can feed the model as mapped: the reason its records
+    get when not (module docstring), else None.
+
+    Args:
+        output_fields: the result fields an enriched result adds (``field_clash`` when the schema has one).
+    """
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return ValidationError(DeadLetterReason.WRONG_TYPE, "the writer schema is not a record: events are records")
+    fields = {f["name"] for f in schema.get("fields", [])}
+    for name in output_fields:
+        if name in fields:
+            return ValidationError(
+                DeadLetterReason.FIELD_CLASH, f"the writer schema has a field {name!r}, which the result writes"
+            )
+    for plan in mapping.inputs:
+        for spec_field in plan.fields:
+            found = _field_type(schema, spec_field.path)
+            if found is None:
+                if spec_field.default is REQUIRED:
+                    return ValidationError(
+                        DeadLetterReason.MISSING_FIELD,
+                        f"the writer schema has no field {spec_field.name!r} (input {plan.spec.name!r} needs it)",
+                    )
+                continue
+            problem = _type_problem(found, plan.spec, plan.array, spec_field.lookup is not None)
+            if problem is not None:
+                return ValidationError(
+                    DeadLetterReason.WRONG_TYPE, f"field {spec_field.name!r} is {problem} (input {plan.spec.name!r})"
+                )
+    return None
+
+
+def _field_type(schema: Any, path: tuple[str, ...]) -> Any:
+    """The Avro type at ``path`` in record ``schema`` (nulls of a union dropped); None when a part is absent."""
+    current: Any = schema
+    for part in path:
+        current = _non_null(current)
+        if not isinstance(current, dict) or current.get("type") != "record":
+            return None
+        match = next((f for f in current.get("fields", []) if f.get("name") == part), None)
+        if match is None:
+            return None
+        current = match["type"]
+    return current
+
+
+def _non_null(t: Any) -> Any:
+    """A union's branches without ``null`` (one branch: itself)."""
+    if isinstance(t, list):
+        branches = [b for b in t if b != "null"]
+        return branches[0] if len(branches) == 1 else branches
+    return t
+
+
+def _type_problem(t: Any, spec: TensorSpec, array: bool, lookup: bool) -> str | None:
+    """Why a field of Avro type ``t`` cannot feed ``spec`` (an element, or with ``array`` the whole row), or None."""
+    t = _non_null(t)
+    if isinstance(t, list):  # a union of several types: each branch must do
+        for branch in t:
+            problem = _type_problem(branch, spec, array, lookup)
+            if problem is not None:
+                return problem
+        return None
+    if array:
+        if not (isinstance(t, dict) and t.get("type") == "array"):
+            return f"{_name(t)}, not an array"
+        return _type_problem(t["items"], spec, False, lookup)
+    name = _name(t)
+    if isinstance(t, dict) and t.get("logicalType") == "decimal":
+        return "a decimal, which no input takes (cast it upstream)"
+    if lookup:
+        return None if name in ("string", "enum", "int", "long", "boolean") else f"{name}, not a category"
+    kind = spec.dtype.kind
+    if kind == "f":
+        return None if name in _NUMERIC else f"{name}, not a number"
+    if kind in "iu":
+        return None if name in _INTEGRAL else f"{name}, not an int or long"
+    if kind == "b":
+        return None if name == "boolean" else f"{name}, not a boolean"
+    return None if name in ("string", "enum") else f"{name}, not a string"
+
+
+def _name(t: Any) -> str:
+    """The type name of an Avro type: ``long``, ``record``, ``enum``... (a named reference: its name)."""
+    if isinstance(t, dict):
+        return str(t.get("type"))
+    return str(t)
+
+
+# ------------------------------------------------------------------------------------------------ result schemas
+def result_schema(writer: dict[str, Any], outputs: Sequence[tuple[str, TensorSpec]]) -> dict[str, Any]:
+    """The writer schema plus one ``["null", T]`` field with default null per (result field, output)."""
+    result = copy.deepcopy(writer)
+    result["fields"] = [
+        *result["fields"],
+        *({"name": name, "type": ["null", output_type(spec)], "default": None} for name, spec in outputs),
+    ]
+    return result
+
+
+def output_type(spec: TensorSpec) -> Any:
+    """The Avro type of one row of output ``spec`` (module docstring)."""
+    kind, size = spec.dtype.kind, spec.dtype.itemsize
+    element: str
+    if kind == "f":
+        element = "double" if size == 8 else "float"
+    elif kind in "iu":
+        element = "int" if (kind == "i" and size <= 4) or (kind == "u" and size <= 2) else "long"
+    elif kind == "b":
+        element = "boolean"
+    else:
+        element = "string"
+    dims = spec.shape[1:] if spec.batched else spec.shape
+    t: Any = element
+    if any(d != 1 for d in dims):
+        for _ in dims:
+            t = {"type": "array", "items": t}
+    return t
+
+
+def row_values(spec: TensorSpec, arr: np.ndarray, rows: int) -> list[Any]:
+    """Each row's value of a batched output ``arr`` ``[rows, ...]`` (an output without a batch axis: the whole
+    array for every row), as Python values of :func:`output_type`'s shape."""
+    dims = spec.shape[1:] if spec.batched else spec.shape
+    scalar = not any(d != 1 for d in dims)
+    if not spec.batched:
+        whole = arr.reshape(-1)[0].item() if scalar else arr.tolist()
+        return [whole] * rows
+    if scalar:
+        return arr.reshape(rows, -1)[:, 0].tolist()  # type: ignore[no-any-return]
+    return arr.tolist()  # type: ignore[no-any-return]

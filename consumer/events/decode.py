@@ -1,0 +1,154 @@
+"""A fetched chunk of event values -> one decoded request (or dead-letter error, or tombstone) per record.
+
+- **json**: each value is one JSON object (``orjson``); a value in a registry's wire format (magic byte 0 and a schema
+  ID, as a JSON Schema serializer writes) has those 5 bytes skipped. Not JSON: ``invalid_json``; JSON but not an
+  object: ``not_an_object``.
+- **avro**: each value is in the registry's wire format (else ``not_in_wire_format``); its writer schema, resolved
+  beforehand by :meth:`EventDecoder.prepare` (:class:`~consumer.events.registry.Schemas`), decodes it (else
+  ``invalid_avro``); an ID the registry does not know is ``unknown_schema_id``; a schema that cannot feed the model
+  gives all its records its reason (:func:`consumer.events.avro.check_writer`).
+- A null value (a tombstone) is not scored: :data:`TOMBSTONE`, answered with a tombstone of the same key.
+- A value above ``max_record_bytes`` is ``too_large``.
+
+Then the whole chunk's events become one tensor per input at once (:meth:`InputMapping.tensors`), and each request's
+inputs are rows of those tensors (``DecodedRequest.block``), so a micro-batch of consecutive records is fed as a
+slice (no copy). With enriched results an event that already has a field the result writes is ``field_clash``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import orjson
+
+from consumer.errors import DeadLetterReason, DecodeError, RecordError, ValidationError
+from consumer.events import avro
+from consumer.events.mapping import InputMapping
+from consumer.events.registry import Idle, Schemas, schema_ids
+from consumer.work import DecodedRequest, Event, Limits
+
+#: A tombstone's outcome: not scored, answered with a tombstone.
+TOMBSTONE: Any = object()
+
+Outcome = DecodedRequest | RecordError | Any  # Any: TOMBSTONE
+
+
+class EventDecoder:
+    """Decodes chunks of event records.
+
+    Args:
+        request_format: ``json`` or ``avro``.
+        mapping: the input mapping.
+        limits: ``max_record_bytes``.
+        schemas: avro: the writer schemas (resolved by :meth:`prepare`).
+        result_fields: with enriched results, the fields the result adds (an event holding one is ``field_clash``).
+    """
+
+    def __init__(
+        self,
+        request_format: Literal["json", "avro"],
+        mapping: InputMapping,
+        limits: Limits,
+        schemas: Schemas | None = None,
+        result_fields: Sequence[str] = (),
+    ) -> None:
+        if request_format == "avro" and schemas is None:
+            raise ValueError("avro events need the schema registry's schemas")
+        self._format = request_format
+        self._mapping = mapping
+        self._limits = limits
+        self.schemas = schemas
+        self._clash = tuple(result_fields)
+        self._shape_key = mapping.shape_key
+
+    async def prepare(self, values: Sequence[bytes | None], idle: Idle | None = None) -> None:
+        """Avro: resolve the writer schemas of ``values`` (waiting out an unreachable registry); json: nothing."""
+        if self.schemas is not None:
+            await self.schemas.resolve(schema_ids(values), idle)
+
+    def decode(self, values: Sequence[bytes | None]) -> list[Outcome]:
+        """One outcome per value, in order: a :class:`~consumer.work.DecodedRequest` holding its
+        :class:`~consumer.work.Event`, a :class:`~consumer.errors.RecordError`, or :data:`TOMBSTONE`."""
+        out: list[Outcome] = [None] * len(values)
+        events: list[dict[str, Any]] = []
+        where: list[int] = []
+        schema_of: list[int | None] = []
+        max_bytes = self._limits.max_record_bytes
+        clash = self._clash
+        for i, value in enumerate(values):
+            if value is None:
+                out[i] = TOMBSTONE
+                continue
+            if len(value) > max_bytes:
+                out[i] = DecodeError(
+                    DeadLetterReason.TOO_LARGE, f"record value is {len(value)} bytes; max_record_bytes is {max_bytes}"
+                )
+                continue
+            if self._format == "json":
+                decoded, schema_id = _json(value), None
+            else:
+                decoded, schema_id = self._avro(value)
+            if isinstance(decoded, RecordError):
+                out[i] = decoded
+                continue
+            if clash:
+                taken = next((name for name in clash if name in decoded), None)
+                if taken is not None:
+                    out[i] = ValidationError(
+                        DeadLetterReason.FIELD_CLASH, f"the event has a field {taken!r}, which the result writes"
+                    )
+                    continue
+            events.append(decoded)
+            where.append(i)
+            schema_of.append(schema_id)
+        if events:
+            block, errors = self._mapping.tensors(events)
+            key = self._shape_key
+            row = 0
+            for i, event, schema_id, error in zip(where, events, schema_of, errors, strict=True):
+                if error is not None:
+                    out[i] = error
+                    continue
+                request = DecodedRequest(None, None, 1, None, block=block, start=row, shape_key=key)
+                request.event = Event(event, schema_id)
+                out[i] = request
+                row += 1
+        return out
+
+    def _avro(self, value: bytes) -> tuple[dict[str, Any] | RecordError, int | None]:
+        framed = avro.split_frame(value)
+        if framed is None:
+            return ValidationError(
+                DeadLetterReason.NOT_IN_WIRE_FORMAT,
+                "the value is not in the schema registry's wire format (magic byte 0, a 4-byte schema ID, the datum)",
+            ), None
+        schema_id, payload = framed
+        assert self.schemas is not None
+        known = self.schemas.get(schema_id)
+        if known is None:
+            return ValidationError(
+                DeadLetterReason.UNKNOWN_SCHEMA_ID, f"schema ID {schema_id} is unknown to the schema registry"
+            ), schema_id
+        if known.error is not None:
+            return known.error, schema_id
+        try:
+            datum = avro.decode(known.parsed, payload)
+        except RecordError as err:
+            return err, schema_id
+        if type(datum) is not dict:
+            return ValidationError(DeadLetterReason.WRONG_TYPE, "the datum is not a record"), schema_id
+        return datum, schema_id
+
+
+def _json(value: bytes) -> dict[str, Any] | RecordError:
+    """The event of a JSON value (a registry's JSON Schema framing skipped)."""
+    if value[:1] == b"\x00" and len(value) >= avro.HEADER_BYTES:
+        value = value[avro.HEADER_BYTES :]
+    try:
+        decoded = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        return DecodeError(DeadLetterReason.INVALID_JSON, f"value is not valid JSON: {exc}")
+    if type(decoded) is not dict:
+        return DecodeError(DeadLetterReason.NOT_AN_OBJECT, f"value is a JSON {type(decoded).__name__}, not an object")
+    return decoded

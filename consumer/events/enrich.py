@@ -1,0 +1,119 @@
+"""Enriched results: the request's event plus the model's outputs as fields, JSON in -> JSON out, Avro in -> Avro out.
+
+A micro-batch is encoded at once (:meth:`EnrichedAnswers.encode`): each output is turned into per-row values once per
+batch, then each event gets them under its result field names (``outputs`` of the input mapping; by default the
+output names) after its own fields, in order.
+
+- **JSON**: the event object with the output fields appended, by ``orjson`` (float32 outputs written with their
+  shortest float32 text: ``0.9``, not ``0.8999999761581421``); a row of one value is a number, a row of several an
+  array.
+- **Avro**: the datum with the output fields appended, encoded with the result schema of its writer schema
+  (:func:`consumer.events.avro.result_schema`) and framed with that schema's ID, so a registry-aware reader (e.g.
+  Confluent's ``AvroDeserializer``) reads it.
+
+The result's key and headers are the request's (:class:`consumer.oip.records.AnswerRecords`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+
+from consumer.errors import DeadLetterReason, InferenceError, RecordError
+from consumer.events import avro
+from consumer.events.mapping import InputMapping
+from consumer.events.registry import Schemas
+from consumer.schema import ModelSignature
+from consumer.work import Work
+
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+
+class EnrichedAnswers:
+    """Encodes a micro-batch's enriched results.
+
+    Args:
+        signature: the model (output shapes: a row of one value is a scalar field).
+        mapping: output -> result field names.
+        result_format: ``json`` or ``avro`` (the request format).
+        schemas: avro: the writer schemas and their result schemas.
+    """
+
+    def __init__(
+        self,
+        signature: ModelSignature,
+        mapping: InputMapping,
+        result_format: Literal["json", "avro"],
+        schemas: Schemas | None = None,
+    ) -> None:
+        if result_format == "avro" and schemas is None:
+            raise ValueError("avro results need the schema registry's schemas")
+        outputs = {o.name: o for o in signature.outputs}
+        self._fields = [(output, name, outputs[output]) for output, name in mapping.outputs]
+        self._format = result_format
+        self._schemas = schemas
+
+    def encode(self, works: Sequence[Work], outputs: dict[str, np.ndarray]) -> list[bytes | RecordError]:
+        """One result per work item (each holds one row), or the error that dead-letters it (a datum its result
+        schema cannot carry: ``inference_error``)."""
+        rows = len(works)
+        if self._format == "json":
+            columns = [(name, _json_rows(spec.batched, outputs[output], rows)) for output, name, spec in self._fields]
+        else:
+            columns = [(name, avro.row_values(spec, outputs[output], rows)) for output, name, spec in self._fields]
+        results: list[bytes | RecordError] = []
+        for k, work in enumerate(works):
+            assert work.request is not None
+            event = work.request.event
+            assert event is not None
+            fields = event.fields  # the decoded event, the work's own: enriched in place
+            for name, values in columns:
+                fields[name] = values[k]
+            if self._format == "json":
+                results.append(orjson.dumps(fields, option=_NUMPY))
+                continue
+            assert self._schemas is not None
+            assert event.schema_id is not None
+            known = self._schemas.get(event.schema_id)
+            assert known is not None
+            assert known.result_id is not None
+            try:
+                results.append(avro.frame(known.result_id, avro.encode(known.result_parsed, fields)))
+            except (ValueError, TypeError) as exc:
+                results.append(
+                    InferenceError(
+                        DeadLetterReason.INFERENCE_ERROR, f"the result does not fit its schema: {exc!r:.200}"
+                    )
+                )
+        return results
+
+
+def _json_rows(batched: bool, arr: np.ndarray, rows: int) -> Any:
+    """Per-row values of an output for JSON, indexable by row: numpy scalars or row arrays (``orjson`` writes them);
+    strings (an object array, which orjson does not take) as Python lists."""
+    if not batched:
+        whole: Any = arr.reshape(-1)[0] if arr.size == 1 else (arr.tolist() if arr.dtype.kind == "O" else arr)
+        return [whole] * rows
+    per_row = arr.reshape(rows, -1)
+    if per_row.shape[1] == 1:
+        return per_row[:, 0].tolist() if arr.dtype.kind == "O" else per_row[:, 0]
+    return arr.tolist() if arr.dtype.kind == "O" else arr
+
+
+def check_enriched(signature: ModelSignature, name: str, arr: np.ndarray) -> None:
+    """Write one output of a 1-row run into an enriched result, JSON and Avro: the model probe's check
+    (:data:`consumer.model.probe.OutputEncoder`) that every result can carry it.
+
+    Raises:
+        TypeError, ValueError: JSON or its Avro type cannot carry it.
+    """
+    spec = signature.output(name)
+    if spec is None:
+        raise ValueError(f"the model has no output {name!r}")
+    rows = arr.shape[0] if spec.batched and arr.ndim else 1
+    orjson.dumps({name: _json_rows(spec.batched, arr, rows)[0]}, option=_NUMPY)
+    schema = avro.parse({"type": "record", "name": "Check", "fields": [{"name": "v", "type": avro.output_type(spec)}]})
+    avro.encode(schema, {"v": avro.row_values(spec, arr, rows)[0]})
