@@ -92,15 +92,17 @@ class EnrichedAnswers:
 
 
 def _json_rows(batched: bool, arr: np.ndarray, rows: int) -> Any:
-    """Per-row values of an output for JSON, indexable by row: numpy scalars or row arrays (``orjson`` writes them);
-    strings (an object array, which orjson does not take) as Python lists."""
+    """Per-row values of an output for JSON, indexable by row: float32 (and float16, as float32) as numpy values,
+    which ``orjson`` writes with their shortest float32 text; everything else as Python values (``tolist``)."""
+    numpy = arr.dtype.kind == "f" and arr.dtype.itemsize < 8
+    if numpy:
+        arr = arr.astype(np.float32, copy=False)
     if not batched:
-        whole: Any = arr.reshape(-1)[0] if arr.size == 1 else (arr.tolist() if arr.dtype.kind == "O" else arr)
-        return [whole] * rows
+        whole: Any = arr.reshape(-1)[0] if arr.size == 1 else arr
+        return [whole if numpy else (whole.item() if arr.size == 1 else whole.tolist())] * rows
     per_row = arr.reshape(rows, -1)
-    if per_row.shape[1] == 1:
-        return per_row[:, 0].tolist() if arr.dtype.kind == "O" else per_row[:, 0]
-    return arr.tolist() if arr.dtype.kind == "O" else arr
+    values = per_row[:, 0] if per_row.shape[1] == 1 else arr
+    return values if numpy else values.tolist()
 
 
 def check_enriched(signature: ModelSignature, name: str, arr: np.ndarray) -> None:
