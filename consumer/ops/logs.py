@@ -22,6 +22,9 @@ from collections.abc import Callable, Sequence
 CLIENT_LOG_INTERVAL_S = 30.0
 #: The client library's logger tree.
 CLIENT_LOGGER = "aiokafka"
+#: The schema registry client's HTTP library (httpx2, under confluent-kafka), which logs every request at INFO: kept to
+#: warnings (streaminfer logs the registry's outages and returns itself, consumer.events.registry).
+HTTP_LOGGERS = ("httpx2", "httpx", "httpcore", "httpcore2")
 #: Substrings of client ERROR records that describe a retried, expected condition: logged at INFO instead.
 DEMOTED = ("GroupCoordinatorNotAvailableError",)
 
@@ -116,4 +119,6 @@ def setup_logging(level: str, as_json: bool, secrets: Sequence[str] = ()) -> Cli
     )
     logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.getLogger(CLIENT_LOGGER).setLevel(max(logging.getLevelName(level), logging.WARNING))
+    for name in HTTP_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.getLevelName(level), logging.WARNING))
     return limiter

@@ -1,0 +1,130 @@
+"""Event chunks (consumer/events/decode.py): JSON and Avro values -> requests whose tensors are rows of one block, or
+each bad record's reason; tombstones kept apart. Every event reason is given a real bad record here."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import fastavro
+import numpy as np
+import orjson
+
+from consumer.errors import DeadLetterReason as R
+from consumer.errors import RecordError
+from consumer.events.avro import frame
+from consumer.events.decode import TOMBSTONE, EventDecoder
+from consumer.events.mapping import load_mapping
+from consumer.events.registry import Schemas
+from consumer.schema import ModelSignature, TensorSpec
+from consumer.timeouts import Backoff
+from consumer.work import DecodedRequest, Limits
+from tests.unit.consumer.events.fakes import PAYMENT, FlakyRegistry, InstantClock
+
+F32 = np.dtype(np.float32)
+SIGNATURE = ModelSignature("m", "1", (TensorSpec("amount", F32, (None, 1)),), (TensorSpec("score", F32, (None,)),))
+MAPPING = load_mapping(SIGNATURE, None, enrich=True)
+
+
+def outcome(o: Any) -> str:
+    if o is TOMBSTONE:
+        return "tombstone"
+    if isinstance(o, RecordError):
+        return o.reason.value
+    assert isinstance(o, DecodedRequest)
+    return "request"
+
+
+def test_json_events_become_rows_of_one_block() -> None:
+    decoder = EventDecoder("json", MAPPING, Limits(max_record_bytes=200), result_fields=["score"])
+    values = [
+        orjson.dumps({"amount": 12.5, "merchant": "a"}),
+        b"\x00\x00\x00\x00\x07" + orjson.dumps({"amount": 3}),  # a JSON Schema serializer's frame: skipped
+        None,  # a tombstone
+        b"{not json",
+        b"[1, 2]",
+        orjson.dumps({"amount": "12"}),
+        orjson.dumps({"other": 1}),
+        orjson.dumps({"amount": 1, "score": 0.5}),  # the result would overwrite it
+        orjson.dumps({"amount": 1, "pad": "x" * 300}),
+        orjson.dumps({"amount": 7}),
+    ]
+    out = decoder.decode(values)
+    assert [outcome(o) for o in out] == [
+        "request",
+        "request",
+        "tombstone",
+        R.INVALID_JSON,
+        R.NOT_AN_OBJECT,
+        R.WRONG_TYPE,
+        R.MISSING_FIELD,
+        R.FIELD_CLASH,
+        R.TOO_LARGE,
+        "request",
+    ]
+    requests = [o for o in out if isinstance(o, DecodedRequest)]
+    assert [r.inputs["amount"].tolist() for r in requests] == [[[12.5]], [[3.0]], [[7.0]]]
+    assert requests[0].block is requests[2].block  # one tensor for the chunk
+    assert [r.start for r in requests] == [0, 1, 2]
+    assert requests[0].event is not None
+    assert requests[0].event.fields == {"amount": 12.5, "merchant": "a"}
+    assert requests[0].shape_key == (("amount", (1,)),)
+
+
+def avro_bytes(schema: dict[str, Any], datum: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema, named_schemas={}), datum)
+    return out.getvalue()
+
+
+async def test_avro_events_through_their_writer_schemas() -> None:
+    registry, clock = FlakyRegistry(), InstantClock()
+    good_id = await registry.add("payments-value", PAYMENT)
+    no_amount = dict(PAYMENT, name="Old", fields=[f for f in PAYMENT["fields"] if f["name"] != "amount"])
+    old_id = await registry.add("payments-value", no_amount)
+    schemas = Schemas(registry, MAPPING, SIGNATURE, "scored-value", register=True, unknown_retries=0,
+                      backoff=Backoff(0.1, 1.0), clock=clock, sleep=clock.sleep)  # fmt: skip
+    decoder = EventDecoder("avro", MAPPING, Limits(), schemas, ["score"])
+    datum = {"id": "p-1", "amount": 12.5, "device": {"age_days": 3}, "at": 1_764_000_000_000}
+    payload = avro_bytes(PAYMENT, datum)
+    values = [
+        frame(good_id, payload),
+        frame(old_id, avro_bytes(no_amount, {"id": "p-2", "device": None, "at": 1})),  # the schema lacks a field
+        orjson.dumps({"amount": 1}),  # not framed
+        frame(999, payload),  # an ID the registry does not know
+        frame(good_id, payload[:-3]),  # truncated
+        frame(good_id, payload + b"\x00"),  # a byte left over
+        None,
+    ]
+    await decoder.prepare(values)
+    out = decoder.decode(values)
+    assert [outcome(o) for o in out] == [
+        "request",
+        R.MISSING_FIELD,
+        R.NOT_IN_WIRE_FORMAT,
+        R.UNKNOWN_SCHEMA_ID,
+        R.INVALID_AVRO,
+        R.INVALID_AVRO,
+        "tombstone",
+    ]
+    request = out[0]
+    assert isinstance(request, DecodedRequest)
+    assert request.event is not None
+    assert request.event.schema_id == good_id
+    assert request.event.fields == datum  # timestamp-millis read raw: its long, not a datetime
+    assert request.inputs["amount"].tolist() == [[12.5]]
+
+
+async def test_a_refused_result_schema_dead_letters_its_writer_schemas_records() -> None:
+    registry, clock = FlakyRegistry(), InstantClock()
+    good_id = await registry.add("payments-value", PAYMENT)
+    registry.refuse_register = True
+    schemas = Schemas(registry, MAPPING, SIGNATURE, "scored-value", register=True, unknown_retries=0,
+                      backoff=Backoff(0.1, 1.0), clock=clock, sleep=clock.sleep)  # fmt: skip
+    decoder = EventDecoder("avro", MAPPING, Limits(), schemas, ["score"])
+    value = frame(good_id, avro_bytes(PAYMENT, {"id": "p", "amount": 1.0, "device": None, "at": 0}))
+    await decoder.prepare([value])
+    (out,) = decoder.decode([value])
+    assert outcome(out) == R.RESULT_SCHEMA_REFUSED
+    assert "409" in str(out)
+    assert "scored-value" in str(out)
