@@ -125,8 +125,15 @@ class StreamInferApp:
             mapping=self._mapping,
         )
         self.stages = stages
-        if stages.schemas is not None and not await self._schemas_ready(stages.schemas, stop):
-            return False
+        if stages.schemas is not None:
+            try:
+                ready = await self._schemas_ready(stages.schemas, stop)
+            except BaseException:
+                await stages.source.stop()  # never started: closes what the client opened in its constructor
+                raise
+            if not ready:
+                await stages.source.stop()
+                return False
         mode = AtLeastOnce(stages) if self.settings.delivery == "at_least_once" else ExactlyOnce(stages)
         await mode.start()
         self.stages, self.mode = stages, mode
@@ -147,22 +154,24 @@ class StreamInferApp:
 
     async def _schemas_ready(self, schemas: Schemas, stop: asyncio.Event | None) -> bool:
         """The start-up check of the result schema (:meth:`consumer.events.registry.Schemas.start`), given up when
-        ``stop`` is set first."""
+        ``stop`` is set first (False; its client closed, as when the check raises)."""
         check = asyncio.ensure_future(schemas.start(value_subject(self.settings.requests_topic)))
-        if stop is None:
-            await check
-            return True
-        stopped = asyncio.ensure_future(stop.wait())
         try:
-            await asyncio.wait([check, stopped], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
-        if not check.done():
-            check.cancel()
-            await asyncio.gather(check, return_exceptions=True)
+            if stop is not None:
+                stopped = asyncio.ensure_future(stop.wait())
+                try:
+                    await asyncio.wait([check, stopped], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopped.cancel()
+                if not check.done():
+                    check.cancel()
+                    await asyncio.gather(check, return_exceptions=True)
+                    await schemas.close()
+                    return False
+            await check  # ConfigError: the result schema refused or missing
+        except BaseException:
             await schemas.close()
-            return False
-        check.result()  # ConfigError: refused
+            raise
         return True
 
     async def run(self, stop: asyncio.Event) -> int:

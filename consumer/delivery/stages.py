@@ -186,6 +186,8 @@ def build_stages(
         if prep is not None
         else None
     )
+    limits = Limits(s.max_record_bytes, s.max_record_rows, s.max_record_tokens)
+    events, enriched, schemas = _events(s, runner, metrics, limits, mapping, clock, sleep)  # before any client
     tracker: OffsetTracker[TopicPartition] = OffsetTracker()
     progress = Progress(clock)
     source = Source(
@@ -201,8 +203,6 @@ def build_stages(
         required={"results_topic": s.results_topic, "dead_letter_topic": s.dead_letter_topic},
         sleep=sleep,
     )
-    limits = Limits(s.max_record_bytes, s.max_record_rows, s.max_record_tokens)
-    events, enriched, schemas = _events(s, runner, metrics, limits, mapping, clock, sleep)
     intake = Intake(runner.signature, limits, text, metrics, clock, images, events)
     records = AnswerRecords(
         results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id, enrich=s.enrich
