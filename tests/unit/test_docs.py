@@ -213,3 +213,12 @@ def test_make_bench_refuses_a_page_without_markers_before_it_runs(tmp_path: Path
         report.check_docs(page)
     with pytest.raises(SystemExit, match="does not exist"):
         report.check_docs(tmp_path / "missing.md")
+
+
+def test_the_architecture_page_names_every_consumer_module() -> None:
+    page = (DOCS / "architecture.md").read_text()
+    modules = sorted(
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "consumer").rglob("*.py") if p.name != "__init__.py"
+    )
+    assert len(modules) > 40
+    assert [m for m in modules if f"`{m}`" not in page] == []
