@@ -110,6 +110,7 @@ class StreamInferApp:
         Raises:
             aiokafka.errors.KafkaError: the broker cannot be reached.
             ConfigError: the result schema is missing and may not be registered, or registering it was refused.
+            ModelError: the requests subject's latest writer schema cannot feed the model as mapped.
         """
         clients = self._clients or KafkaClients(self.settings, kafka_security_kwargs(self.settings))
         stages = build_stages(

@@ -34,7 +34,7 @@ from confluent_kafka.schema_registry import RegisteredSchema, Schema
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from consumer.config import Settings
-from consumer.errors import ConfigError, DeadLetterReason, RecordError, ValidationError
+from consumer.errors import ConfigError, DeadLetterReason, ModelError, RecordError, ValidationError
 from consumer.events import avro
 from consumer.events.mapping import InputMapping
 from consumer.schema import ModelSignature, TensorSpec
@@ -201,16 +201,16 @@ class Schemas:
             await self._resolve(schema_id, idle)
 
     async def start(self, requests_subject: str, idle: Idle | None = None) -> None:
-        """At start-up, with enriched results: the result schema of the requests subject's latest writer schema must
-        be registered (or registrable), so a registry that refuses writes stops start-up, not every record. A subject
-        without versions yet is skipped (logged).
+        """At start-up: the requests subject's latest writer schema must feed the model as mapped (a missing field,
+        a type that cannot feed its input, a field named like an output stop start-up rather than dead-letter every
+        record), and with enriched results its result schema must be registered (or registrable), so a registry that
+        refuses writes stops start-up too. A subject without versions yet is skipped (logged).
 
         Raises:
+            ModelError: the latest writer schema cannot feed the model (its ID and the reason named).
             ConfigError: the result schema is missing and ``register_result_schema`` is off, or registering it was
                 refused (the subject and the registry's answer named).
         """
-        if self._subject is None:
-            return
         latest = await self._call(lambda: self._client.get_latest_version(requests_subject), idle, missing_ok=True)
         if latest is None:
             log.info("subject %s has no schema yet: the result schemas are checked as writer schemas appear",
@@ -220,12 +220,14 @@ class Schemas:
         assert schema_id is not None
         await self._resolve(schema_id, idle)
         known = self._known.get(schema_id)
-        if (
-            known is not None
-            and known.error is not None
-            and known.error.reason is DeadLetterReason.RESULT_SCHEMA_REFUSED
-        ):
+        if known is None or known.error is None:
+            return
+        if known.error.reason is DeadLetterReason.RESULT_SCHEMA_REFUSED:
             raise ConfigError(f"register_result_schema / schema registry: {known.error}")
+        raise ModelError(
+            f"the latest writer schema of {requests_subject} (id {schema_id}) cannot feed the model as mapped: "
+            f"{known.error.reason.value}: {known.error}"
+        )
 
     # ---------------------------------------------------------------------------------------------- internals
     async def _resolve(self, schema_id: int, idle: Idle | None) -> None:

@@ -10,7 +10,7 @@ import logging
 import numpy as np
 import pytest
 
-from consumer.errors import ConfigError
+from consumer.errors import ConfigError, ModelError
 from consumer.errors import DeadLetterReason as R
 from consumer.events.mapping import InputMapping, load_mapping
 from consumer.events.registry import UNKNOWN_TTL_S, Schemas
@@ -141,3 +141,13 @@ async def test_start_up_stops_when_the_result_schema_may_not_be_registered() -> 
     await schemas.start("payments-value")  # registered now: the lookup finds it
     await schemas.close()
     assert registry.closed
+
+
+async def test_start_up_stops_when_the_latest_writer_schema_cannot_feed_the_model() -> None:
+    registry, clock = FlakyRegistry(), InstantClock()
+    await registry.add("payments-value", dict(PAYMENT, fields=[f for f in PAYMENT["fields"] if f["name"] != "amount"]))
+    schemas, _ = schemas_of(registry, clock, enrich=False)
+    with pytest.raises(ModelError, match=r"latest writer schema of payments-value \(id \d+\).*missing_field.*amount"):
+        await schemas.start("payments-value")
+    await registry.add("payments-value", PAYMENT)  # a fixed version: the latest now feeds it
+    await schemas.start("payments-value")
