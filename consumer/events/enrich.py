@@ -5,8 +5,8 @@ batch, then each event gets them under its result field names (``outputs`` of th
 output names) after its own fields, in order.
 
 - **JSON**: the event object with the output fields appended, by ``orjson`` (float32 outputs written with their
-  shortest float32 text: ``0.9``, not ``0.8999999761581421``); a row of one value is a number, a row of several an
-  array.
+  shortest float32 text: ``0.9``, not ``0.8999999761581421``: :func:`_json_rows`); a row of one value is a number, a
+  row of several an array.
 - **Avro**: the datum with the output fields appended, encoded with the result schema of its writer schema
   (:func:`consumer.events.avro.result_schema`) and framed with that schema's ID, so a registry-aware reader (e.g.
   Confluent's ``AvroDeserializer``) reads it.
@@ -73,7 +73,7 @@ class EnrichedAnswers:
             for name, values in columns:
                 fields[name] = values[k]
             if self._format == "json":
-                results.append(orjson.dumps(fields, option=_NUMPY))
+                results.append(orjson.dumps(fields))
                 continue
             assert self._schemas is not None
             assert event.schema_id is not None
@@ -91,18 +91,21 @@ class EnrichedAnswers:
         return results
 
 
-def _json_rows(batched: bool, arr: np.ndarray, rows: int) -> Any:
-    """Per-row values of an output for JSON, indexable by row: float32 (and float16, as float32) as numpy values,
-    which ``orjson`` writes with their shortest float32 text; everything else as Python values (``tolist``)."""
-    numpy = arr.dtype.kind == "f" and arr.dtype.itemsize < 8
-    if numpy:
-        arr = arr.astype(np.float32, copy=False)
+def _json_rows(batched: bool, arr: np.ndarray, rows: int) -> list[Any]:
+    """Per-row values of an output for JSON, as Python values: float32 (and float16) ones are written by ``orjson``
+    for the whole batch at once and read back, so each becomes the Python float of its shortest float32 text
+    (``0.9``, not ``0.8999999761581421``); everything else through ``tolist``."""
     if not batched:
-        whole: Any = arr.reshape(-1)[0] if arr.size == 1 else arr
-        return [whole if numpy else (whole.item() if arr.size == 1 else whole.tolist())] * rows
+        return [_python(arr.reshape(1))[0] if arr.size == 1 else _python(arr)] * rows
     per_row = arr.reshape(rows, -1)
-    values = per_row[:, 0] if per_row.shape[1] == 1 else arr
-    return values if numpy else values.tolist()
+    return _python(per_row[:, 0] if per_row.shape[1] == 1 else arr)  # type: ignore[no-any-return]
+
+
+def _python(arr: np.ndarray) -> Any:
+    """``arr`` as Python values (:func:`_json_rows`)."""
+    if arr.dtype.kind == "f" and arr.dtype.itemsize < 8:
+        return orjson.loads(orjson.dumps(np.ascontiguousarray(arr, dtype=np.float32), option=_NUMPY))
+    return arr.tolist()
 
 
 def check_enriched(signature: ModelSignature, name: str, arr: np.ndarray) -> None:
@@ -116,6 +119,6 @@ def check_enriched(signature: ModelSignature, name: str, arr: np.ndarray) -> Non
     if spec is None:
         raise ValueError(f"the model has no output {name!r}")
     rows = arr.shape[0] if spec.batched and arr.ndim else 1
-    orjson.dumps({name: _json_rows(spec.batched, arr, rows)[0]}, option=_NUMPY)
+    orjson.dumps({name: _json_rows(spec.batched, arr, rows)[0]})
     schema = avro.parse({"type": "record", "name": "Check", "fields": [{"name": "v", "type": avro.output_type(spec)}]})
     avro.encode(schema, {"v": avro.row_values(spec, arr, rows)[0]})
