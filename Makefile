@@ -41,7 +41,7 @@ demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model,
 test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a real broker
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP) $(MODEL) ## benchmark vs naive, the Kafka client alone, bare ORT and the image decoder (digits, MiniLM, EfficientNet-Lite0) -> bench-results/, docs/benchmarks.md; ~12 min + one-time exports
+bench: $(STAMP) $(MODEL) $(TABULAR) ## benchmark vs naive, the Kafka client alone, bare ORT and the image decoder (digits, MiniLM, EfficientNet-Lite0, JSON and Avro events) -> bench-results/, docs/benchmarks.md; ~20 min + one-time exports
 	scripts/bench --docs docs/benchmarks.md $(BENCH_ARGS)
 
 soak: $(STAMP) $(MODEL) ## 10 minutes at half the measured maximum (digits): RSS, fds, tasks, p99 -> soak-results/

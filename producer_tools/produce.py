@@ -20,7 +20,8 @@ A flag that does not apply to the chosen format is refused (exit 2, naming it).
 
 Each record gets a correlation ID ``<run-id>-<n>`` (header ``correlation_id``; for OIP also the request ``id`` unless
 the JSONL line has one; the record key unless ``--key-field`` names another). ``--manifest`` writes one JSON line per
-record as the broker acknowledges it: ``{"correlation_id", "label"?, "expected_probability"?, "expected_reason"?}``,
+record as the broker acknowledges it: ``{"correlation_id", "label"?, "expected_probability"?, "expected_reason"?,
+"tombstone"?}``,
 which ``streaminfer-results`` matches against; a run that fails midway leaves exactly the records that reached the
 topic.
 """
@@ -112,6 +113,8 @@ class Outgoing:
             entry["expected_probability"] = self.expected_probability
         if self.expected_reason is not None:
             entry["expected_reason"] = self.expected_reason
+        if self.value is None and self.expected_reason is None:  # events: a tombstone is answered with one
+            entry["tombstone"] = True
         return entry
 
 

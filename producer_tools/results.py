@@ -7,35 +7,96 @@ IDs, duplicates, latency percentiles and accuracy.
 Latency of an answer = its record timestamp (the broker's append time when the topic has
 ``message.timestamp.type=LogAppendTime``, as ``make demo`` creates it) minus the request record's timestamp
 (header ``streaminfer.request.timestamp_ms`` on results, ``streaminfer.source.timestamp_ms`` on dead letters), ms.
+
+``--format`` says what a result holds: ``oip`` (the default) an Open Inference Protocol response (JSON, binary
+extension or protobuf); ``json`` and ``avro`` an enriched event (``result_format=enrich``: the request's event plus
+the model's outputs as fields), as a JSON object or as registry-framed Avro (magic byte 0, the schema ID, the datum),
+read with confluent-kafka's own ``AsyncAvroDeserializer`` (``--schema-registry-url``, default
+``$SCHEMA_REGISTRY_URL``). An enriched result's label is its ``--label-field`` (default ``label``), its score the
+``--score-index`` (default 1) of ``--score-field`` (default ``probabilities``; a field holding a number is the
+score itself): the label counts towards accuracy against the manifest's ``label``, the score must equal the
+manifest's ``expected_probability`` within ``--score-tolerance`` (default 1e-6, absolute, both read as float32).
+
+A tombstone on the results topic (a null value; an empty one for a keyless record) is the answer of a tombstone
+request (manifest ``"tombstone": true``): counted as a result, never read, and a mismatch either way when only one
+side is a tombstone. Mismatches (reasons, scores, tombstones) and unreadable results are printed; the exit code
+speaks for delivery only (every ID answered or not), as for reasons.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import httpx2  # the HTTP client of confluent-kafka's registry client
 import numpy as np
 import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
+from confluent_kafka.schema_registry import AsyncSchemaRegistryClient, topic_subject_name_strategy
+from confluent_kafka.schema_registry.avro import AsyncAvroDeserializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 from tqdm import tqdm
 
 from consumer.oip.client import decode_response
 from consumer.oip.proto import PROTO_RESPONSE, SELDON_TYPE_HEADER, parse_response
 from consumer.oip.records import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
 from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
-from producer_tools.cli import add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.events import RegistryUnavailable, field_at
+
+#: ``--format``: what a result's value holds (an OIP response, or an enriched event as JSON or registry Avro).
+FORMATS = ("oip", "json", "avro")
+#: Flags of ``--format json|avro`` only (dest, flag).
+EVENTS_ONLY = (
+    ("label_field", "--label-field"),
+    ("score_field", "--score-field"),
+    ("score_index", "--score-index"),
+    ("score_tolerance", "--score-tolerance"),
+)
+
+#: ``--score-tolerance``'s default, absolute: the float32 sums of a tree ensemble may differ in their last bits with
+#: the batch they ran in.
+DEFAULT_SCORE_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class EventFields:
+    """Where an enriched result keeps the model's answer (dotted paths into the event).
+
+    Attributes:
+        label: the predicted class (an integer), compared with the manifest's ``label``.
+        score: the score compared with the manifest's ``expected_probability``: a number, or an array whose
+            ``score_index`` element is taken.
+        score_index: the element of an array ``score`` field (the example's ``probabilities``: 1, class 1).
+        score_tolerance: the largest absolute difference that counts as equal (both sides read as float32).
+    """
+
+    label: str = "label"
+    score: str = "probabilities"
+    score_index: int = 1
+    score_tolerance: float = DEFAULT_SCORE_TOLERANCE
 
 
 @dataclass(slots=True)
 class Answer:
-    """One result or dead letter read back."""
+    """One result or dead letter read back.
+
+    Attributes:
+        body: an OIP result's parsed response (``--format oip``).
+        event: an enriched result's event (``--format json|avro``).
+        score: an enriched result's score (:class:`EventFields`), None when it has none.
+        tombstone: a tombstone result (a null or empty value): never read.
+        error: why a result could not be read (not JSON, not in the registry's wire format, an unknown schema...).
+    """
 
     correlation_id: str
     kind: str  # "result" | "dead_letter"
@@ -46,6 +107,10 @@ class Answer:
     label: int | None = None
     headers: dict[str, bytes] = field(default_factory=dict)
     body: dict[str, Any] | None = None
+    event: dict[str, Any] | None = None
+    score: float | None = None
+    tombstone: bool = False
+    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -54,7 +119,7 @@ class Report:
 
     Attributes:
         sent: records in the manifest.
-        results: correlation IDs answered with a result (first answer per ID).
+        results: correlation IDs answered with a result (first answer per ID; tombstones included).
         dead_letters: correlation IDs answered with a dead letter.
         missing: IDs with no answer.
         duplicates: answers beyond the first per ID (at-least-once redeliveries).
@@ -62,6 +127,12 @@ class Report:
         reason_mismatches: (id, expected, got) for poison records whose reason differs.
         latencies_ms: latency of every first answer, ms.
         throughput_rps: answers / (last answer time - first request time), records/s.
+        score_mismatches: (id, expected, got) for results whose score is not the manifest's
+            ``expected_probability`` (got None: the result has no score).
+        scores_checked: results whose score was compared.
+        tombstones: results that are tombstones.
+        tombstone_mismatches: (id, whether the manifest expected a tombstone) where only one side is one.
+        unreadable: (id, why) for results that could not be read.
     """
 
     sent: int
@@ -74,19 +145,33 @@ class Report:
     latencies_ms: list[float]
     throughput_rps: float
     answers: dict[str, Answer]
+    score_mismatches: list[tuple[str, float, float | None]] = field(default_factory=list)
+    scores_checked: int = 0
+    tombstones: int = 0
+    tombstone_mismatches: list[tuple[str, bool]] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
 
     def percentile_ms(self, q: float) -> float:
         """Latency percentile ``q`` (0..100), ms; NaN when nothing was answered."""
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
 
     def summary(self, prefix: str) -> str:
-        """One line: ``<prefix>: sent=N results=R dead_letters=D accuracy=A p50_ms=X p99_ms=Y throughput_rps=T``."""
+        """One line: ``<prefix>: sent=N results=R dead_letters=D accuracy=A p50_ms=X p99_ms=Y throughput_rps=T``,
+        then ``score_mismatches=M`` when scores were checked, ``tombstones=T`` when any was expected or answered
+        and ``unreadable=U`` when a result could not be read."""
         acc = f"{self.accuracy:.4f}" if self.accuracy is not None else "nan"
-        return (
+        line = (
             f"{prefix}: sent={self.sent} results={self.results} dead_letters={self.dead_letters} accuracy={acc} "
             f"p50_ms={self.percentile_ms(50):.1f} p99_ms={self.percentile_ms(99):.1f} "
             f"throughput_rps={self.throughput_rps:.1f}"
         )
+        if self.scores_checked or self.score_mismatches:
+            line += f" score_mismatches={len(self.score_mismatches)}"
+        if self.tombstones or self.tombstone_mismatches:
+            line += f" tombstones={self.tombstones}"
+        if self.unreadable:
+            line += f" unreadable={len(self.unreadable)}"
+        return line
 
 
 def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
@@ -107,7 +192,174 @@ def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+# ------------------------------------------------------------------------------------------------ reading answers
+class ResultReader(Protocol):
+    """Reads a result's value into its :class:`Answer` (body or event, label, score, or the error)."""
+
+    async def read(self, answer: Answer, value: bytes, topic: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class OipResults:
+    """``--format oip``: an OIP response (JSON, binary data extension or protobuf); the label is the ``label``
+    output of a one-row answer (digits: the class index)."""
+
+    async def read(self, answer: Answer, value: bytes, topic: str) -> None:
+        headers = answer.headers
+        length = headers.get(BINARY_HEADER)
+        if headers.get(SELDON_TYPE_HEADER) == PROTO_RESPONSE:
+            body = parse_response(value)
+        else:
+            body = decode_response(value, int(length) if length is not None else None)
+        answer.body = body
+        label = body["outputs"].get("label")
+        if label is not None and label.size == 1 and label.dtype.kind in "iu":  # digits: the class index
+            answer.label = int(label.reshape(-1)[0])
+
+    async def close(self) -> None:
+        return None
+
+
+#: Turns an enriched result's value (and its topic) into the event; raises ValueError for one it cannot read.
+EventDecode = Callable[[bytes, str], Awaitable[dict[str, Any]]]
+
+
+class EventResults:
+    """``--format json|avro``: an enriched event; its label and score at :class:`EventFields`' paths.
+
+    Args:
+        decode: value -> event (:func:`json_event`, :func:`avro_events`).
+        fields: where the label and the score are.
+        close: releases what ``decode`` holds (the registry client's connections).
+    """
+
+    def __init__(
+        self,
+        decode: EventDecode,
+        fields: EventFields | None = None,
+        close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._decode = decode
+        self.fields = fields or EventFields()
+        self._close = close
+
+    async def read(self, answer: Answer, value: bytes, topic: str) -> None:
+        try:
+            event = await self._decode(value, topic)
+        except ValueError as exc:
+            answer.error = str(exc) or type(exc).__name__
+            return
+        answer.event = event
+        answer.label = event_label(event, self.fields.label)
+        answer.score = event_score(event, self.fields.score, self.fields.score_index)
+
+    async def close(self) -> None:
+        if self._close is not None:
+            await self._close()
+
+
+def event_label(event: Mapping[str, Any], path: str) -> int | None:
+    """The integer at ``path`` of ``event`` (a boolean or a one-element array of one too), else None."""
+    try:
+        value = field_at(dict(event), path)
+    except KeyError:
+        return None
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def event_score(event: Mapping[str, Any], path: str, index: int) -> float | None:
+    """The number at ``path`` of ``event`` (an array: its element ``index``), else None."""
+    try:
+        value = field_at(dict(event), path)
+    except KeyError:
+        return None
+    if isinstance(value, list):
+        if not -len(value) <= index < len(value):
+            return None
+        value = value[index]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+async def json_event(value: bytes, topic: str) -> dict[str, Any]:
+    """A JSON result's event (a registry's JSON Schema framing, magic byte 0 and the schema ID, skipped).
+
+    Raises:
+        ValueError: not JSON, or not an object.
+    """
+    if value[:1] == b"\x00" and len(value) > 5:
+        value = value[5:]
+    try:
+        event = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(event, dict):
+        raise ValueError(f"a JSON {type(event).__name__}, not an object")
+    return event
+
+
+def avro_events(client: Any) -> EventDecode:
+    """Registry-framed Avro results read by confluent-kafka's ``AsyncAvroDeserializer`` (the writer schema fetched
+    by its ID from ``client``, an ``AsyncSchemaRegistryClient``, and cached; TopicNameStrategy).
+
+    The decoder raises ValueError for a value it cannot read (not in the wire format, a schema ID the registry does
+    not know, a datum that does not decode) and :class:`~producer_tools.events.RegistryUnavailable` when the
+    registry does not answer (a connection error, a time-out, HTTP 5xx).
+    """
+    made: list[Any] = []  # the deserializer: its constructor is a coroutine (made on first use)
+
+    async def decode(value: bytes, topic: str) -> dict[str, Any]:
+        if not made:
+            # TopicNameStrategy, as the consumer's result schemas (no association lookups of the newest clients)
+            made.append(
+                await AsyncAvroDeserializer(client, conf={"subject.name.strategy": topic_subject_name_strategy})
+            )
+        try:
+            event = await made[0](value, SerializationContext(topic, MessageField.VALUE))
+        except SchemaRegistryError as exc:
+            if 400 <= exc.http_status_code < 500 and exc.http_status_code not in (408, 429):  # e.g. 404: unknown ID
+                raise ValueError(f"schema registry: {exc}") from None
+            raise RegistryUnavailable(f"schema registry: {exc}") from exc
+        except (httpx2.TransportError, OSError, TimeoutError) as exc:
+            raise RegistryUnavailable(f"schema registry: {type(exc).__name__}: {exc}") from exc
+        except (SerializationError, ValueError, EOFError, IndexError) as exc:  # framing, or fastavro on a bad datum
+            raise ValueError(str(exc) or type(exc).__name__) from None
+        if not isinstance(event, dict):
+            raise ValueError(f"an Avro {type(event).__name__}, not a record")
+        return event
+
+    return decode
+
+
+def result_reader(
+    result_format: str, fields: EventFields | None = None, registry_url: str | None = None
+) -> ResultReader:
+    """The reader of ``--format``: OIP responses, JSON events, or Avro events through the registry at
+    ``registry_url`` (``mock://...``: confluent-kafka's in-process mock)."""
+    if result_format == "oip":
+        return OipResults()
+    if result_format == "json":
+        return EventResults(json_event, fields)
+    if registry_url is None:
+        raise BadArgument("--schema-registry-url: --format avro needs a schema registry (or set SCHEMA_REGISTRY_URL)")
+    client = AsyncSchemaRegistryClient.new_client({"url": registry_url})
+
+    async def close() -> None:
+        closing = getattr(client, "aclose", None)
+        if closing is not None:
+            await closing()
+
+    return EventResults(avro_events(client), fields, close)
+
+
 def _answer(rec: Any, kind: str) -> Answer | None:
+    """An answer's headers read (the body not yet: :class:`ResultReader`); None without a correlation ID."""
     headers = dict(reversed(rec.headers))  # first value wins for repeated names
     cid = headers.get(CORRELATION_HEADER)
     if cid is None:
@@ -126,15 +378,16 @@ def _answer(rec: Any, kind: str) -> Answer | None:
         reason = headers.get(REASON_HEADER)
         answer.reason = reason.decode() if reason else None
     else:
-        length = headers.get(BINARY_HEADER)
-        if headers.get(SELDON_TYPE_HEADER) == PROTO_RESPONSE:
-            body = parse_response(rec.value)
-        else:
-            body = decode_response(rec.value, int(length) if length is not None else None)
-        answer.body = body
-        label = body["outputs"].get("label")
-        if label is not None and label.size == 1 and label.dtype.kind in "iu":  # digits: the class index
-            answer.label = int(label.reshape(-1)[0])
+        answer.tombstone = not rec.value  # null; empty for a keyless tombstone (a key or a value is needed)
+    return answer
+
+
+async def read_answer(rec: Any, kind: str, topic: str, reader: ResultReader) -> Answer | None:
+    """The :class:`Answer` of one record of the results (``kind`` ``result``) or dead-letter topic; a result that
+    is not a tombstone is read by ``reader``."""
+    answer = _answer(rec, kind)
+    if answer is not None and kind == "result" and not answer.tombstone:
+        await reader.read(answer, rec.value, topic)
     return answer
 
 
@@ -147,13 +400,24 @@ async def collect(
     progress: bool = True,
     isolation_level: str = "read_uncommitted",
     settle_s: float = 0.0,
+    reader: ResultReader | None = None,
+    score_tolerance: float | None = None,
 ) -> Report:
     """Read answers for ``expected`` (correlation ID -> manifest entry) until all arrived or ``timeout_s``.
 
     Answers whose correlation ID is not in ``expected`` (earlier runs) are skipped. ``isolation_level``
     ``read_committed`` hides answers of aborted transactions (exactly-once mode). ``settle_s`` keeps reading
-    that long after the last expected answer, so late duplicates are counted.
+    that long after the last expected answer, so late duplicates are counted. ``reader`` reads each first result
+    (default: OIP responses; it is closed at the end); ``score_tolerance`` defaults to the reader's.
+
+    Raises:
+        aiokafka.errors.KafkaError: the broker cannot be reached.
+        producer_tools.events.RegistryUnavailable: Avro results: the schema registry does not answer.
     """
+    reader = reader or OipResults()
+    if score_tolerance is None:
+        fields = getattr(reader, "fields", None)
+        score_tolerance = fields.score_tolerance if isinstance(fields, EventFields) else DEFAULT_SCORE_TOLERANCE
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers,
         enable_auto_commit=False,
@@ -165,6 +429,7 @@ async def collect(
         await consumer.start()
     except BaseException:
         await consumer.stop()  # close what the failed start opened (no "Unclosed" warning)
+        await reader.close()
         raise
     first: dict[str, Answer] = {}
     duplicates = 0
@@ -185,31 +450,55 @@ async def collect(
                 for tp, records in batches.items():
                     kind = "result" if tp.topic == results_topic else "dead_letter"
                     for rec in records:
-                        answer = _answer(rec, kind)
-                        if answer is None or answer.correlation_id not in expected:
+                        head = _answer(rec, kind)
+                        if head is None or head.correlation_id not in expected:
                             continue
-                        if answer.correlation_id in first:
+                        if head.correlation_id in first:
                             duplicates += 1
                             continue
+                        answer = await read_answer(rec, kind, tp.topic, reader)
+                        assert answer is not None
                         first[answer.correlation_id] = answer
                         bar.update(1)
     finally:
         await consumer.stop()
-    return build_report(expected, first, duplicates)
+        await reader.close()
+    return build_report(expected, first, duplicates, score_tolerance)
 
 
-def build_report(expected: Mapping[str, Mapping[str, Any]], first: Mapping[str, Answer], duplicates: int) -> Report:
+def score_matches(want: float, got: float | None, tolerance: float) -> bool:
+    """Whether ``got`` equals ``want`` within ``tolerance``, both read as float32 (what the model computes)."""
+    if got is None:
+        return False
+    return bool(abs(np.float32(got) - np.float32(want)) <= np.float32(tolerance))
+
+
+def build_report(
+    expected: Mapping[str, Mapping[str, Any]],
+    first: Mapping[str, Answer],
+    duplicates: int,
+    score_tolerance: float = DEFAULT_SCORE_TOLERANCE,
+) -> Report:
     """Summarise answers against the manifest."""
     results = [a for a in first.values() if a.kind == "result"]
     dead = [a for a in first.values() if a.kind == "dead_letter"]
-    labelled = [(a, expected[a.correlation_id]["label"]) for a in results if "label" in expected[a.correlation_id]]
+    scored = [a for a in results if not a.tombstone]
+    labelled = [(a, expected[a.correlation_id]["label"]) for a in scored if "label" in expected[a.correlation_id]]
     accuracy = sum(a.label == y for a, y in labelled) / len(labelled) if labelled else None
     mismatches = []
+    tombstone_mismatches = []
     for cid, entry in expected.items():
         want = entry.get("expected_reason")
         got = first.get(cid)
         if want is not None and got is not None and got.reason != want:
             mismatches.append((cid, want, got.reason))
+        if got is not None and bool(entry.get("tombstone")) != got.tombstone:
+            tombstone_mismatches.append((cid, bool(entry.get("tombstone"))))
+    checked = [
+        (a.correlation_id, float(expected[a.correlation_id]["expected_probability"]), a.score)
+        for a in scored
+        if expected[a.correlation_id].get("expected_probability") is not None
+    ]
     latencies = [a.latency_ms for a in first.values() if a.latency_ms is not None]
     starts = [a.request_timestamp_ms for a in first.values() if a.request_timestamp_ms is not None]
     ends = [a.timestamp_ms for a in first.values()]
@@ -225,6 +514,11 @@ def build_report(expected: Mapping[str, Mapping[str, Any]], first: Mapping[str, 
         latencies_ms=latencies,
         throughput_rps=len(first) / span_s if span_s > 0 else float("nan"),
         answers=dict(first),
+        score_mismatches=[(cid, w, g) for cid, w, g in checked if not score_matches(w, g, score_tolerance)],
+        scores_checked=len(checked),
+        tombstones=sum(1 for a in results if a.tombstone),
+        tombstone_mismatches=tombstone_mismatches,
+        unreadable=[(a.correlation_id, a.error) for a in results if a.error is not None],
     )
 
 
@@ -281,7 +575,8 @@ def print_report(
     sources: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     """Human-readable details to stderr (image classifiers: the top-1 label of the first ``show`` answers, named
-    by the manifest entries ``sources``), the one-line summary to stdout."""
+    by the manifest entries ``sources``; events: score and tombstone mismatches, unreadable results), the one-line
+    summary to stdout."""
     err = sys.stderr
     print_labels(report, show, err, sources)
     print(f"duplicates={report.duplicates} missing={len(report.missing)}", file=err)
@@ -295,18 +590,65 @@ def print_report(
         print("dead letters by reason: " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())), file=err)
     for cid, want, got in report.reason_mismatches:
         print(f"reason mismatch: {cid} expected {want} got {got}", file=err)
+    if report.scores_checked:
+        print(f"scores checked={report.scores_checked} mismatches={len(report.score_mismatches)}", file=err)
+    for cid, want_p, got_p in report.score_mismatches[:show]:
+        print(f"score mismatch: {cid} expected {want_p!r} got {got_p!r}", file=err)
+    for cid, tombstone in report.tombstone_mismatches[:show]:
+        what = "a tombstone, got a result or dead letter" if tombstone else "an answer, got a tombstone"
+        print(f"tombstone mismatch: {cid} expected {what}", file=err)
+    for cid, why in report.unreadable[:show]:
+        print(f"unreadable result: {cid}: {why}", file=err)
     print(f"latency p95_ms={report.percentile_ms(95):.1f}", file=err)
     print(report.summary(prefix))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``streaminfer-results``. Exit codes: 0 every ID answered; 1 an ID is missing or the broker
-    cannot be reached; 2 the manifest cannot be read."""
+def parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
     p = argparse.ArgumentParser(prog="streaminfer-results", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
     p.add_argument("--results-topic", default="results")
     p.add_argument("--dead-letter-topic", default="requests.dlq")
     p.add_argument("--manifest", type=Path, required=True, help="JSONL written by streaminfer-produce --manifest")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="oip",
+        help="oip: inference responses (default); json / avro: enriched events (result_format=enrich), as JSON "
+        "objects or as registry-framed Avro (--schema-registry-url)",
+    )
+    p.add_argument(
+        "--schema-registry-url",
+        default=None,
+        help="--format avro: the schema registry (Confluent-compatible API; default $SCHEMA_REGISTRY_URL)",
+    )
+    defaults = EventFields()
+    p.add_argument(
+        "--label-field",
+        default=None,
+        help=f"--format json / avro: the result's label field, a dotted path (default {defaults.label}), "
+        "compared with the manifest's label",
+    )
+    p.add_argument(
+        "--score-field",
+        default=None,
+        help=f"--format json / avro: the result's score field, a dotted path (default {defaults.score}); a number, "
+        "or an array indexed by --score-index; compared with the manifest's expected_probability",
+    )
+    p.add_argument(
+        "--score-index",
+        type=int,
+        default=None,
+        help=f"--format json / avro: the element of an array --score-field (default {defaults.score_index}: the "
+        "probability of class 1)",
+    )
+    p.add_argument(
+        "--score-tolerance",
+        type=float,
+        default=None,
+        help="--format json / avro: the largest absolute difference from expected_probability that counts as "
+        f"equal, both read as float32 (default {defaults.score_tolerance:g})",
+    )
     p.add_argument("--timeout-s", type=float, default=60.0, help="stop waiting after this long, s")
     p.add_argument(
         "--isolation-level",
@@ -316,12 +658,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--show", type=int, default=10, help="image classifiers: print the top-1 label of this many")
     p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
+    return p
+
+
+def reader_of(args: argparse.Namespace, env: Mapping[str, str]) -> ResultReader:
+    """The :class:`ResultReader` of ``--format`` and its flags (``--schema-registry-url`` from
+    ``SCHEMA_REGISTRY_URL`` for Avro when it is not given).
+
+    Raises:
+        BadArgument: a flag that does not apply to ``--format``, a missing registry or a negative tolerance.
+    """
+    if args.format == "oip":
+        for dest, flag in (*EVENTS_ONLY, ("schema_registry_url", "--schema-registry-url")):
+            if getattr(args, dest) is not None:
+                raise BadArgument(f"{flag}: only with --format json or avro (enriched events), not --format oip")
+        return OipResults()
+    if args.format == "json" and args.schema_registry_url is not None:
+        raise BadArgument("--schema-registry-url: only with --format avro, not --format json")
+    if args.score_tolerance is not None and not args.score_tolerance >= 0:
+        raise BadArgument(f"--score-tolerance must be >= 0, got {args.score_tolerance}")
+    defaults = EventFields()
+    fields = EventFields(
+        label=args.label_field or defaults.label,
+        score=args.score_field or defaults.score,
+        score_index=defaults.score_index if args.score_index is None else args.score_index,
+        score_tolerance=defaults.score_tolerance if args.score_tolerance is None else args.score_tolerance,
+    )
+    url = args.schema_registry_url or env.get("SCHEMA_REGISTRY_URL") or None
+    return result_reader(args.format, fields, url)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``streaminfer-results``. Exit codes: 0 every ID answered; 1 an ID is missing, or the broker
+    (or, for Avro results, the schema registry) cannot be reached; 2 the manifest cannot be read, or a bad argument
+    (a flag that does not apply to ``--format``, ``--format avro`` without a registry)."""
+    args = parser().parse_args(argv)
     quiet_client_logs()
     try:
         expected = read_manifest(args.manifest)
     except (OSError, ValueError) as exc:  # missing, unreadable or not JSON lines
         print(f"streaminfer-results: --manifest {args.manifest}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        reader = reader_of(args, os.environ)
+    except BadArgument as exc:
+        print(f"streaminfer-results: {exc}", file=sys.stderr)
         return 2
     try:
         report = asyncio.run(
@@ -334,6 +715,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 not args.no_progress,
                 isolation_level=args.isolation_level,
                 settle_s=2.0,
+                reader=reader,
             )
         )
     except KafkaError as exc:
@@ -341,6 +723,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"streaminfer-results: {kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers})",
             file=sys.stderr,
         )
+        return 1
+    except RegistryUnavailable as exc:
+        print(f"streaminfer-results: {exc} (--schema-registry-url)", file=sys.stderr)
         return 1
     print_report(report, show=args.show, sources=expected)
     return 1 if report.missing else 0

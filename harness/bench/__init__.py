@@ -14,7 +14,9 @@ Modes, each run as its own process against the same real broker, on the same bac
   (results read with ``read_committed``);
 - **bare ORT**: ONNX Runtime alone over the same tensors at the same batch size, in this process: the compute
   ceiling (MiniLM: texts sorted by length and padded per batch, the fastest of three batchings: ``--minilm-batch``
-  rows, half of them, and ``--minilm-batch`` rows capped at 1,024 padded tokens; on CPU the smaller ones win).
+  rows, half of them, and ``--minilm-batch`` rows capped at 1,024 padded tokens; on CPU the smaller ones win);
+- **events** (:mod:`harness.bench.events`): the breast-cancer events as JSON and as registry-framed Avro, served by
+  the tabular model with enriched results, against the same client-only ceiling decoding the same events.
 
 Closed loop: a mode drains a backlog; throughput = results / (last result's append time - first result's), from
 the broker's LogAppendTime on the results topic, records/s. Open loop: requests are offered at a fixed rate for a
@@ -26,14 +28,22 @@ CPU % (of one core; 200 % = both of 2 cores) and peak RSS are read from the mode
 record in each stage (``streaminfer_stage_seconds_total``: fetch, decode, assemble, infer, encode, produce,
 commit) come from its ``/metrics``.
 
-R1 and R4 compare runs made one after another: a shared machine's speed drifts by tens of percent over minutes,
-so passthrough, streaminfer and streaminfer-eos (default settings) run ``--rounds`` times (default 3) back to back
-in a rotated order, and each ratio is the median of its per-round ratios (all of them are printed and kept in
-``bench.json`` under ``rounds``). R2 and R3 use round 1 (their gaps are far larger than the drift).
+R1, R4 and the events ratios compare runs made one after another: a shared machine's speed drifts by tens of
+percent over minutes, so passthrough, streaminfer and streaminfer-eos (default settings), and each events format's
+ceiling and streaminfer, run ``--rounds`` times (default 5) back to back in a rotated order, after every backlog was
+written and the broker warmed by ``--warmup`` untimed passthrough passes (:data:`harness.bench.plan.WARMUP_PASSES`),
+and each ratio is the median of its per-round ratios, printed with its spread (largest minus smallest; all of them
+kept in ``bench.json`` under ``rounds`` and ``spreads``); the digits rounds drain a larger backlog
+(``--round-records``, 150,000) than the sweep, so that a burst of a shared machine's other work weighs less. The
+CPU the rest of the machine used during each run is measured (:class:`harness.bench.measure.OtherWork`) and printed
+beside each ratio's rounds and last (``other_cpu_pct``): two runs made under different loads need not agree. R2
+uses the sweep's default run; R3 is a median over rounds too (round 1: the first runs).
 
-Output: a table on stdout, ``bench.json`` and PNG plots in ``--out`` (default ``bench-results/``), and last::
+Output: a table on stdout, ``bench.json`` and PNG plots in ``--out`` (default ``bench-results/``), and last (one
+line, every word ``key=value``, each ratio over rounds followed by its ``_spread``)::
 
-    bench: digits_vs_passthrough=R1 digits_vs_naive=R2 minilm_vs_bare_ort=R3 digits_eos_vs_alo=R4
+    bench: digits_vs_passthrough=R1 digits_vs_passthrough_spread=S digits_vs_naive=R2 minilm_vs_bare_ort=R3 ...
+    digits_eos_vs_alo=R4 ... vision_vs_ceiling=R5 ... events_vs_passthrough=R6 ... avro_events_vs_passthrough=R7 ...
 
 Models: digits (``models/digits/build.py``) and MiniLM (``models/minilm/build.py`` output folder, ``--minilm-dir``;
 texts are docstrings of Python's standard library, real English of every length). ``--skip-minilm`` leaves MiniLM

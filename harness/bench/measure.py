@@ -3,6 +3,7 @@ consumer's own metrics, and its process (CPU, memory), each mode in a child proc
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import subprocess
@@ -113,6 +114,72 @@ class Sampler:
         if until_epoch_s is not None:
             last = min(self.samples[1:], key=lambda s: abs(s[0] - until_epoch_s))
         return 100.0 * (last[1] - first[1]) / max(1e-9, last[0] - first[0])
+
+
+class OtherWork:
+    """How much CPU the rest of the machine used while a mode ran: every process's CPU time (``/proc/stat``, steal
+    included: time a hypervisor gave to other machines) but for the ones measured (the mode, the broker, this
+    bench), % of one core, averaged over the window between :meth:`start` and :meth:`stop`. On a shared machine it
+    says how comparable two runs are.
+
+    Args:
+        pids: the processes measured; one that has exited counts what it used until it exited.
+    """
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        import psutil
+
+        self._procs = []
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):  # gone already
+                self._procs.append(psutil.Process(pid))
+        self._start: tuple[float, float, dict[int, float]] | None = None
+
+    @staticmethod
+    def _busy() -> float:
+        import psutil
+
+        t = psutil.cpu_times()
+        return float(t.user + t.nice + t.system + t.irq + t.softirq + t.steal)
+
+    def _ours(self) -> dict[int, float]:
+        import psutil
+
+        out = {}
+        for proc in self._procs:
+            with contextlib.suppress(psutil.Error):  # NoSuchProcess, ZombieProcess: it has exited
+                t = proc.cpu_times()
+                out[proc.pid] = float(t.user + t.system)
+        return out
+
+    def start(self) -> OtherWork:
+        """Begin the window."""
+        self._start = (time.monotonic(), self._busy(), self._ours())
+        return self
+
+    def stop(self) -> float:
+        """End the window: the other processes' CPU over it, % of one core (NaN when it was not started)."""
+        if self._start is None:
+            return math.nan
+        began, busy, ours = self._start
+        wall = max(1e-9, time.monotonic() - began)
+        now = self._ours()
+        used = sum(now.get(pid, cpu) - cpu for pid, cpu in ours.items())
+        return max(0.0, 100.0 * (self._busy() - busy - used) / wall)
+
+
+def listening_pids(bootstrap: str) -> list[int]:
+    """The local processes listening on the ports of ``bootstrap`` (``host:port,...``): the broker when it runs on
+    this machine; none for a remote one."""
+    import psutil
+
+    ports = {int(part.rsplit(":", 1)[1]) for part in bootstrap.split(",") if ":" in part}
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.Error:  # AccessDenied without the privileges to see other users' sockets
+        return []
+    return sorted({c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port in ports
+                   and c.pid})  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ broker helpers
@@ -300,13 +367,21 @@ def start_streaminfer(
     return Child(consumer.proc, consumer.port, log)
 
 
-def start_worker(mode: str, bootstrap: str, topics: dict[str, str], model: Path, log: Path, seconds: float) -> Child:
-    """``python -m harness.bench worker MODE``; returns once it printed ``ready``."""
+def start_worker(
+    mode: str,
+    bootstrap: str,
+    topics: dict[str, str],
+    model: Path,
+    log: Path,
+    seconds: float,
+    extra: Sequence[str] = (),
+) -> Child:
+    """``python -m harness.bench worker MODE`` (``extra``: more of its flags); returns once it printed ``ready``."""
     cmd = [
         sys.executable, "-m", "harness.bench", "worker", mode,
         "--bootstrap-servers", bootstrap,
         "--requests", topics["requests"], "--results", topics["results"],
-        "--model-path", str(model), "--seconds", str(seconds),
+        "--model-path", str(model), "--seconds", str(seconds), *extra,
     ]  # fmt: skip
     with log.open("ab") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)  # noqa: S603 (our own module)

@@ -28,11 +28,17 @@ from harness.bench.data import (
     sorted_batches,
     text_backlog,
 )
+from harness.bench.events import EVENTS_MODEL, EVENTS_SCHEMA, model_name, schema_registry
+from harness.bench.events import backlogs as event_backlogs
+from harness.bench.events import check_files as check_event_files
+from harness.bench.events import events as event_runs
 from harness.bench.measure import (
+    OtherWork,
     Run,
     Sampler,
     last_result_s,
     latency_pcts,
+    listening_pids,
     mean_batch,
     new_topics,
     read_results,
@@ -58,11 +64,46 @@ SWEEP_LOAD = 0.2
 BARE_MIN_S = 1.0
 #: Padded tokens per batch (rows x longest) of one of the MiniLM ceiling's batchings.
 CEILING_TOKENS = 1024
-#: The last line's keys, in order.
-RATIOS = ("digits_vs_passthrough", "digits_vs_naive", "minilm_vs_bare_ort", "digits_eos_vs_alo", "vision_vs_ceiling")
+#: The last line's keys, in order (each median over rounds followed by its ``_spread``: :data:`SPREAD_SUFFIX`).
+RATIOS = (
+    "digits_vs_passthrough",
+    "digits_vs_naive",
+    "minilm_vs_bare_ort",
+    "digits_eos_vs_alo",
+    "vision_vs_ceiling",
+    "events_vs_passthrough",
+    "avro_events_vs_passthrough",
+)
+#: A ratio that is a median over rounds is followed on the last line by ``<key>_spread=``: the largest minus the
+#: smallest of its per-round ratios.
+SPREAD_SUFFIX = "_spread"
+#: The ratios measured over rounds of back-to-back runs: key -> (model, top mode, bottom mode) (the vision ratio's
+#: bottom is the slower of its two ceilings: :func:`harness.bench.vision.ceilings`).
+PAIRED = {
+    "digits_vs_passthrough": ("digits", "streaminfer", "passthrough"),
+    "digits_eos_vs_alo": ("digits", "streaminfer-eos", "streaminfer"),
+    "minilm_vs_bare_ort": ("minilm", "streaminfer", "bare-ort"),
+    "events_vs_passthrough": (model_name("json"), "streaminfer", "passthrough"),
+    "avro_events_vs_passthrough": (model_name("avro"), "streaminfer", "passthrough"),
+}
+#: Each ratio measured over rounds -> its name on the ``rounds`` lines and in ``bench.json``'s ``rounds``.
+ROUND_LABELS = {
+    "digits_vs_passthrough": "streaminfer/passthrough",
+    "digits_eos_vs_alo": "streaminfer-eos/streaminfer",
+    "minilm_vs_bare_ort": "minilm streaminfer/bare-ort",
+    "vision_vs_ceiling": "vision streaminfer/ceiling",
+    "events_vs_passthrough": "events-json streaminfer/passthrough",
+    "avro_events_vs_passthrough": "events-avro streaminfer/passthrough",
+}
+#: Untimed passes of the client-only passthrough over a backlog before anything is measured (``--warmup``): a fresh
+#: broker's JVM compiles its fetch and produce paths during the first passes (its JIT compiler threads took
+#: 0.7-0.9 CPU s in the first 50,000-record pass here, 0.2-0.4 s from the fourth on), which on two cores slowed the
+#: first measured passthrough by a third.
+WARMUP_PASSES = 3
 #: The setting column of the baseline workers.
 WORKER_SETTINGS = {
     "passthrough": "client only",
+    "passthrough-events": "client only",
     "decode-encode": "codec, no model",
     "naive": "batch 1",
     "naive-vision": "PIL, batch 1",
@@ -80,6 +121,8 @@ class Bench:
         self.tag = uuid.uuid4().hex[:6]
         self.bar: tqdm[Any] | None = None
         self._dlq: str | None = None
+        self.warmup: list[float] = []
+        self._broker_pids: list[int] | None = None
 
     def step(self, what: str) -> None:
         if self.bar is not None:
@@ -116,6 +159,7 @@ class Bench:
         log = self.log(f"{model_name}-{mode}-{setting}")
         child = start_streaminfer(self.bootstrap, topics, model, log, **settings)
         sampler = Sampler(child.proc.pid).start()
+        others = self.other_work(child.proc.pid)
         try:
             stamps = await read_results(
                 self.bootstrap,
@@ -124,6 +168,7 @@ class Bench:
                 timeout_s=self.args.timeout_s,
                 isolation_level="read_committed" if eos else "read_uncommitted",
             )
+            other_cpu = others.stop()
             assert child.port is not None
             scraped = scrape(child.port)
         finally:
@@ -142,25 +187,35 @@ class Bench:
         run.extra["mean_batch_rows"] = mean_batch(scraped.batch_rows)
         run.extra["mean_padding_ratio"] = scraped.padding_ratio
         run.extra["stage_us"] = scraped.stage_us_per_record()
+        run.extra["other_cpu_pct"] = other_cpu
         return run
 
     async def closed_worker(
-        self, mode: str, model: Path, backlog: str, n: int, seconds: float, model_name: str = "digits"
+        self,
+        mode: str,
+        model: Path,
+        backlog: str,
+        n: int,
+        seconds: float,
+        model_name: str = "digits",
+        extra: tuple[str, ...] = (),
     ) -> Run:
         topics = {
             "requests": backlog,
             "results": await results_topic(self.bootstrap, f"{self.tag}-{mode}-{uuid.uuid4().hex[:4]}"),
         }
-        child = start_worker(mode, self.bootstrap, topics, model, self.log(mode), seconds)
+        child = start_worker(mode, self.bootstrap, topics, model, self.log(f"{model_name}-{mode}"), seconds, extra)
         sampler = Sampler(child.proc.pid).start()
+        others = self.other_work(child.proc.pid)
         try:
             stamps = await read_results(
                 self.bootstrap, topics["results"], n, seconds + 30, done=lambda: child.proc.poll() is not None
             )
+            other_cpu = others.stop()
         finally:
             sampler.stop()
             stop(child)
-        return Run(
+        run = Run(
             model_name,
             mode,
             WORKER_SETTINGS[mode],
@@ -169,6 +224,15 @@ class Bench:
             cpu_pct=sampler.cpu_pct(last_result_s(stamps)),
             peak_rss_mib=sampler.peak_rss_mib,
         )
+        run.extra["other_cpu_pct"] = other_cpu
+        return run
+
+    def other_work(self, pid: int) -> OtherWork:
+        """The CPU of the rest of the machine from now on, but for ``pid`` (a mode's process), the broker (when it
+        runs here) and this bench."""
+        if self._broker_pids is None:
+            self._broker_pids = listening_pids(self.bootstrap)
+        return OtherWork([pid, os.getpid(), *self._broker_pids]).start()
 
     # -- open loop
     async def open_loop(
@@ -294,14 +358,40 @@ class Bench:
                 self.runs.append(run)
 
     # -- the plan
-    async def digits(self) -> None:
+    async def digits_backlogs(self) -> tuple[str, str, str]:
+        """Topics holding the digits backlogs: JSON and binary extension (``--records`` each), and the rounds' JSON
+        (``--round-records``; the first one when the sizes agree)."""
+        a = self.args
+        backlog = (await new_topics(self.bootstrap, f"{self.tag}-digits"))["requests"]
+        await send_all(self.bootstrap, backlog, digits_backlog("d", a.records), progress=False)
+        binary_backlog = (await new_topics(self.bootstrap, f"{self.tag}-digits-bin"))["requests"]
+        await send_all(self.bootstrap, binary_backlog, digits_backlog("b", a.records, binary=True), progress=False)
+        rounds_backlog = backlog
+        if a.round_records != a.records:
+            rounds_backlog = (await new_topics(self.bootstrap, f"{self.tag}-digits-rounds"))["requests"]
+            await send_all(self.bootstrap, rounds_backlog, digits_backlog("r", a.round_records), progress=False)
+        self.step("digits: backlog")
+        return backlog, binary_backlog, rounds_backlog
+
+    async def warm_up(self, backlog: str, n: int, events: bool = False) -> None:
+        """:data:`WARMUP_PASSES` (``--warmup``) untimed passes of the client-only passthrough over ``backlog``
+        (``events``: the JSON events' worker), before anything is measured: the broker's JIT compiles its fetch,
+        produce and commit paths, the backlog is read into the page cache once, the group coordinator answers.
+        Their throughput is kept (``warmup``) and printed, not used."""
+        for _ in range(self.args.warmup):
+            if events:
+                extra = ("--format", "json", "--schema", str(EVENTS_SCHEMA))
+                run = await self.closed_worker(
+                    "passthrough-events", EVENTS_MODEL, backlog, n, self.args.passthrough_s, "warm-up", extra
+                )
+            else:
+                run = await self.closed_worker("passthrough", DIGITS_MODEL, backlog, n, self.args.passthrough_s)
+            self.warmup.append(run.throughput_rps)
+        self.step("warm-up")
+
+    async def digits(self, backlog: str, binary_backlog: str, rounds_backlog: str) -> None:
         a = self.args
         n = a.records
-        backlog = (await new_topics(self.bootstrap, f"{self.tag}-digits"))["requests"]
-        await send_all(self.bootstrap, backlog, digits_backlog("d", n), progress=False)
-        binary_backlog = (await new_topics(self.bootstrap, f"{self.tag}-digits-bin"))["requests"]
-        await send_all(self.bootstrap, binary_backlog, digits_backlog("b", n, binary=True), progress=False)
-        self.step("digits: backlog")
 
         x = digits_rows()
         rows = np.resize(x, (n, 64))
@@ -352,7 +442,7 @@ class Bench:
         )
         self.runs.append(eos)
         self.step("digits: streaminfer exactly_once")
-        await self.repeats(backlog, n)
+        await self.repeats(rounds_backlog, a.round_records)
         best = self.streaminfer_default("digits").throughput_rps
         for load in LOADS:
             run = await self.open_loop(DIGITS_MODEL, best * load, a.open_s, f"{int(load * 100)}% of max")
@@ -366,11 +456,12 @@ class Bench:
         self.step("digits: lone record")
 
     async def repeats(self, backlog: str, n: int) -> None:
-        """Rounds 2.. of the ratios' three runs (passthrough, streaminfer and streaminfer-eos at default settings),
-        back to back and in a rotated order, so a ratio compares runs made under the same machine conditions (a
-        shared VM's speed drifts over minutes); the ratios are the medians over the rounds."""
+        """The rounds of the ratios' three runs (passthrough, streaminfer and streaminfer-eos at default settings),
+        each back to back and in a rotated order, after the sweep (so the broker is warm for every round alike),
+        so a ratio compares runs made under the same machine conditions (a shared VM's speed drifts over minutes);
+        the ratios are the medians over the rounds, their spread the largest minus the smallest."""
         b, d = DEFAULT_SETTING
-        for i in range(1, self.args.rounds):
+        for i in range(self.args.rounds):
             order = ["passthrough", "streaminfer", "streaminfer-eos"]
             order = order[i % 3 :] + order[: i % 3]
             for mode in order:
@@ -386,27 +477,56 @@ class Bench:
                 self.runs.append(run)
             self.step(f"digits: round {i + 1}")
 
-    def rounds(self, model: str, mode: str) -> list[Run]:
-        """The default-setting runs of ``mode`` on ``model``, round 1 first (bare-ort: round 1 is the fastest of
-        its batchings, the ceiling)."""
+    def rounds(self, model: str, mode: str) -> dict[int, Run]:
+        """Round number -> the default-setting run of ``mode`` on ``model`` in that round. Runs made in dedicated
+        rounds carry their number (digits and events: every round); MiniLM's round 1 is its first run (bare-ort:
+        the fastest of its batchings, the ceiling)."""
+        tagged = {
+            int(r.extra["round"]): r for r in self.runs if r.model == model and r.mode == mode and r.extra.get("round")
+        }
+        if 1 in tagged:
+            return tagged
         if mode == "streaminfer":
             first = self.default_run(model)
         elif mode == "bare-ort":
             first = self.ceiling(model)
         else:
             first = self.find(model, mode)
-        rest = [r for r in self.runs if r.model == model and r.mode == mode and r.extra.get("round")]
-        return ([first] if first is not None else []) + rest
+        return tagged | ({1: first} if first is not None else {})
 
     def round_ratios(self, top: str, bottom: str, model: str = "digits") -> list[float]:
         """``top``'s throughput / ``bottom``'s on ``model``, round by round (complete rounds only)."""
-        pairs = zip(self.rounds(model, top), self.rounds(model, bottom), strict=False)
+        tops, bottoms = self.rounds(model, top), self.rounds(model, bottom)
+        pairs = [(tops[i], bottoms[i]) for i in sorted(tops) if i in bottoms]
         return [a.throughput_rps / b.throughput_rps for a, b in pairs if b.throughput_rps > 0]
 
     def paired(self, top: str, bottom: str, model: str = "digits") -> float:
         """Median of :meth:`round_ratios` (nan without a complete round)."""
         ratios = self.round_ratios(top, bottom, model)
         return float(np.median(ratios)) if ratios else math.nan
+
+    def per_round(self) -> dict[str, list[float]]:
+        """Each ratio measured over rounds (:data:`PAIRED` and ``vision_vs_ceiling``) -> its per-round ratios."""
+        out = {key: self.round_ratios(top, bottom, model) for key, (model, top, bottom) in PAIRED.items()}
+        out["vision_vs_ceiling"] = [
+            s.throughput_rps / min(d.throughput_rps, b.throughput_rps) for d, b, s in ceilings(self.runs)
+        ]
+        return out
+
+    def other_cpu(self) -> dict[str, float]:
+        """Each ratio measured over rounds (:data:`PAIRED`) -> the mean CPU the rest of the machine used during its
+        runs, % of one core (NaN without one): how busy the machine was with other work."""
+        out = {}
+        for key, (model, top, bottom) in PAIRED.items():
+            runs = [*self.rounds(model, top).values(), *self.rounds(model, bottom).values()]
+            values = [r.extra["other_cpu_pct"] for r in runs if math.isfinite(r.extra.get("other_cpu_pct", math.nan))]
+            out[key] = float(np.mean(values)) if values else math.nan
+        return out
+
+    def spreads(self) -> dict[str, float]:
+        """Each ratio measured over rounds -> the largest minus the smallest of its per-round ratios (nan without
+        a round)."""
+        return {key: max(values) - min(values) if values else math.nan for key, values in self.per_round().items()}
 
     def ceiling(self, model: str) -> Run | None:
         """The fastest round-1 bare ORT batching of ``model``, if any ran."""
@@ -504,53 +624,61 @@ class Bench:
 
     def ratios(self) -> dict[str, float]:
         out = dict.fromkeys(RATIOS, math.nan)
-        passthrough = self.find("digits", "passthrough")
         naive = self.find("digits", "naive")
-        if passthrough is not None and naive is not None:
-            out["digits_vs_passthrough"] = self.paired("streaminfer", "passthrough")
+        if naive is not None:
             out["digits_vs_naive"] = self.streaminfer_default("digits").throughput_rps / naive.throughput_rps
-        if self.find("digits", "streaminfer-eos") is not None:
-            out["digits_eos_vs_alo"] = self.paired("streaminfer-eos", "streaminfer")
-        if self.ceiling("minilm") is not None:  # the fastest batching is the ceiling
-            out["minilm_vs_bare_ort"] = self.paired("streaminfer", "bare-ort", "minilm")
+        for key, (model, top, bottom) in PAIRED.items():
+            out[key] = self.paired(top, bottom, model)
         out["vision_vs_ceiling"] = vision_ratio(self.runs)
         return out
 
     async def run(self) -> dict[str, Any]:
+        a = self.args
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "logs").mkdir(exist_ok=True)
         steps = (
-            (0 if self.args.skip_digits else 8 + len(self.sweep) + len(LOADS) + self.args.rounds - 1)
-            + (0 if self.args.skip_minilm else 1 + self.args.rounds)
-            + (0 if self.args.skip_vision else 2 + self.args.rounds)
+            1
+            + (0 if a.skip_digits else 9 + len(self.sweep) + len(LOADS) + a.rounds - 1)
+            + (0 if a.skip_events else a.rounds)
+            + (0 if a.skip_minilm else 1 + a.rounds)
+            + (0 if a.skip_vision else 2 + a.rounds)
         )
         with tqdm(
-            total=steps, desc="bench", unit="step", disable=True if self.args.no_progress else None
+            total=steps, desc="bench", unit="step", disable=True if a.no_progress else None
         ) as bar:  # None: only on a TTY
             self.bar = bar
-            if not self.args.skip_vision:
-                model_paths(self.args.vision_dir)  # missing models stop the run before anything is measured
-            minilm = None if self.args.skip_minilm else await self.minilm_backlog()
-            images = None if self.args.skip_vision else await vision_backlog(self)
-            if not self.args.skip_digits:
-                await self.digits()
+            if not a.skip_vision:
+                model_paths(a.vision_dir)  # missing models stop the run before anything is measured
+            if not a.skip_events:
+                check_event_files()
+            async with schema_registry(a.schema_registry_url, self.out / "logs", wanted=not a.skip_events) as url:
+                # Every backlog first, so each has settled before it is read; then the warm-up, then the runs.
+                minilm = None if a.skip_minilm else await self.minilm_backlog()
+                images = None if a.skip_vision else await vision_backlog(self)
+                digits = None if a.skip_digits else await self.digits_backlogs()
+                events = None if a.skip_events else await event_backlogs(self, url)
+                if digits is not None:
+                    await self.warm_up(digits[0], a.records)
+                elif events:
+                    await self.warm_up(events["json"], a.events, events=True)
+                if digits is not None:
+                    await self.digits(*digits)
+                if events is not None:
+                    await event_runs(self, events, url)
             if minilm is not None:
                 await self.minilm(minilm)
             if images is not None:
                 await vision(self, images)
+        per_round = self.per_round()
         return {
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-            "records": self.args.records,
+            "records": a.records,
+            "round_records": a.round_records,
+            "events": a.events,
             "runs": [asdict(r) for r in self.runs],
             "ratios": self.ratios(),
-            "rounds": {
-                f"{top}/{bottom}": self.round_ratios(top, bottom)
-                for top, bottom in (("streaminfer", "passthrough"), ("streaminfer-eos", "streaminfer"))
-            }
-            | {"minilm streaminfer/bare-ort": self.round_ratios("streaminfer", "bare-ort", "minilm")}
-            | {
-                "vision streaminfer/ceiling": [
-                    s.throughput_rps / min(d.throughput_rps, b.throughput_rps) for d, b, s in ceilings(self.runs)
-                ]
-            },
+            "spreads": self.spreads(),
+            "other_cpu_pct": self.other_cpu(),
+            "warmup": self.warmup,
+            "rounds": {label: per_round[key] for key, label in ROUND_LABELS.items()},
         }

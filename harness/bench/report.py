@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.bench.plan import RATIOS
+from harness.bench.plan import RATIOS, SPREAD_SUFFIX
 
 #: The closed-loop modes drawn in throughput.png.
 CLOSED_MODES = (
@@ -34,14 +34,14 @@ PLOT_CAPTIONS = {"throughput.png": "throughput and p99 per setting", "latency.pn
 def table(runs: Sequence[dict[str, Any]]) -> str:
     """The runs as a fixed-width text table."""
     head = (
-        f"{'model':<7} {'mode':<19} {'setting':<17} {'records':>8} {'rec/s':>9} {'p50 ms':>7} {'p95 ms':>7} "
+        f"{'model':<11} {'mode':<19} {'setting':<17} {'records':>8} {'rec/s':>9} {'p50 ms':>7} {'p95 ms':>7} "
         f"{'p99 ms':>7} {'CPU %':>6} {'RSS MiB':>8} {'rows/batch':>10}"
     )
     lines = [head, "-" * len(head)]
     for r in runs:
         mean = r["extra"].get("mean_batch_rows", math.nan)
         lines.append(
-            f"{r['model']:<7} {r['mode']:<19} {r['setting']:<17} {r['records']:>8} {r['throughput_rps']:>9.0f} "
+            f"{r['model']:<11} {r['mode']:<19} {r['setting']:<17} {r['records']:>8} {r['throughput_rps']:>9.0f} "
             f"{r['p50_ms']:>7.1f} {r['p95_ms']:>7.1f} {r['p99_ms']:>7.1f} {r['cpu_pct']:>6.0f} "
             f"{r['peak_rss_mib']:>8.0f} {mean:>10.1f}"
         )
@@ -113,9 +113,42 @@ def stage_line(run: dict[str, Any]) -> str:
     return f"stages ({run['model']} {run['mode']} {run['setting']}), us/record: {costs}"
 
 
-def summary_line(ratios: dict[str, float]) -> str:
-    """The last line of the benchmark, in the issue's exact form."""
-    return "bench: " + " ".join(f"{key}={ratios.get(key, math.nan):.2f}" for key in RATIOS)
+def summary_line(
+    ratios: dict[str, float], spreads: dict[str, float] | None = None, other_cpu: float | None = None
+) -> str:
+    """The last line of the benchmark: ``bench: key=value ...``, one ``key=value`` per word: each ratio of
+    :data:`~harness.bench.plan.RATIOS`, in order, and right after each one measured over rounds its
+    ``<key>_spread`` (the largest minus the smallest per-round ratio) when ``spreads`` has it; last, when given,
+    ``other_cpu_pct``: the CPU the rest of the machine used during the ratios' runs (% of one core)."""
+    words = []
+    for key in RATIOS:
+        words.append(f"{key}={ratios.get(key, math.nan):.2f}")
+        if spreads is not None and key in spreads:
+            words.append(f"{key}{SPREAD_SUFFIX}={spreads[key]:.2f}")
+    if other_cpu is not None:
+        words.append(f"other_cpu_pct={other_cpu:.0f}")
+    return "bench: " + " ".join(words)
+
+
+def rounds_line(label: str, values: Sequence[float], other_cpu: float) -> str:
+    """A ratio's rounds: each round's ratio, their spread, and how busy the machine was with other work."""
+    busy = f"; other work on the machine: {other_cpu:.0f} % CPU" if math.isfinite(other_cpu) else ""
+    return (
+        f"rounds {label}: " + " ".join(f"{v:.2f}" for v in values)
+        + f" (the ratio is their median; spread {max(values) - min(values):.2f}{busy})"
+    )  # fmt: skip
+
+
+def other_cpu_pct(runs: Sequence[dict[str, Any]]) -> float:
+    """The mean CPU the rest of the machine used during the runs of the ratios' rounds, % of one core (NaN when
+    not measured)."""
+    values = [
+        r["extra"]["other_cpu_pct"]
+        for r in runs
+        if r["extra"].get("round") and r["extra"].get("other_cpu_pct") is not None
+        and math.isfinite(r["extra"]["other_cpu_pct"])
+    ]  # fmt: skip
+    return sum(values) / len(values) if values else math.nan
 
 
 def _cell(value: float | None, digits: int = 0) -> str:

@@ -6,6 +6,13 @@
   streaminfer writes to one producer batch per results partition (the client's own ``DefaultPartitioner``
   picks it, as ``send`` would), hand the batches over, and commit each chunk once its batches are acknowledged,
   behind the fetching. That is the client's fastest path (its batch API); ``send`` per record is slower.
+- **passthrough-events**, the same ceiling for domain events (``--format json|avro``): fetch a chunk, decode every
+  value as streaminfer's event path does, with no streaminfer code: ``orjson.loads`` (JSON), or fastavro's
+  ``schemaless_reader`` with the writer schema (``--schema``, the one the backlog's producer registered) after the
+  registry's 5-byte frame (Avro); then a fixed answer of an enriched result's size (the first event with the model's
+  two outputs appended, zeros: a JSON object, or the Avro datum followed by the two ``["null", T]`` fields) keyed
+  like the event, with the headers streaminfer writes (the correlation ID, the request's timestamp) into producer
+  batches, and commit behind, exactly as **passthrough**.
 - **decode-encode**: streaminfer's own codec without inference (the previous passthrough): decode and validate
   each record with ``decode_request``, encode a zero response of the model's output shapes with
   ``encode_response``, ``send`` per record; so the codec's cost stays visible.
@@ -22,10 +29,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,7 +51,8 @@ OIP = {"tensor(float)": "FP32", "tensor(int64)": "INT64", "tensor(double)": "FP6
 
 
 async def worker(mode: str, args: argparse.Namespace) -> None:
-    """Run one baseline consumer (``mode``: passthrough, decode-encode, naive) on ``args.requests``."""
+    """Run one baseline consumer (``mode``: passthrough, passthrough-events, decode-encode, naive, naive-vision) on
+    ``args.requests``."""
     consumer = AIOKafkaConsumer(
         args.requests,
         bootstrap_servers=args.bootstrap_servers,
@@ -53,9 +63,13 @@ async def worker(mode: str, args: argparse.Namespace) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap_servers, **PRODUCER)
     await producer.start()
     await consumer.start()
-    run = {"passthrough": passthrough, "decode-encode": decode_encode, "naive": naive, "naive-vision": naive_vision}[
-        mode
-    ]
+    run = {
+        "passthrough": passthrough,
+        "passthrough-events": passthrough_events,
+        "decode-encode": decode_encode,
+        "naive": naive,
+        "naive-vision": naive_vision,
+    }[mode]
     try:
         print("ready", flush=True)
         first = await consumer.getmany(timeout_ms=60_000, max_records=1)  # the time box starts with the first record
@@ -120,6 +134,80 @@ async def passthrough(
                     headers = [
                         ("correlation_id", rec.key),
                         ("content-type", b"application/json"),
+                        ("streaminfer.request.timestamp_ms", str(rec.timestamp).encode()),
+                    ]
+                    partition = partitioner(rec.key, partitions, partitions)
+                    batch = batches.get(partition)
+                    if batch is None:
+                        batch = batches[partition] = producer.create_batch()
+                    if batch.append(key=rec.key, value=answer, timestamp=None, headers=headers) is None:
+                        futures.append(await producer.send_batch(batch, args.results, partition=partition))
+                        batch = batches[partition] = producer.create_batch()
+                        batch.append(key=rec.key, value=answer, timestamp=None, headers=headers)
+            for partition, batch in batches.items():
+                futures.append(await producer.send_batch(batch, args.results, partition=partition))
+            await commits.put(asyncio.gather(*futures), fetched)
+    finally:
+        commits.close()
+
+
+def event_decoder(args: argparse.Namespace) -> Callable[[bytes], Any]:
+    """The event decoder of ``--format``: ``orjson.loads``, or fastavro's ``schemaless_reader`` with the writer
+    schema of ``--schema`` after the registry frame (magic byte 0 and the schema ID)."""
+    if args.format == "json":
+        return orjson.loads
+    from fastavro import parse_schema, schemaless_reader
+
+    writer = parse_schema(json.loads(Path(args.schema).read_text()))
+
+    def decode(value: bytes) -> Any:
+        if value[0] != 0:
+            raise ValueError("not in the schema registry's wire format")
+        return schemaless_reader(io.BytesIO(memoryview(value)[5:]), writer, None)
+
+    return decode
+
+
+def fixed_event_answer(value: bytes, args: argparse.Namespace) -> bytes:
+    """An enriched result's bytes, made once from the first event (``value``): the event with ``label`` 0 and
+    ``probabilities`` [0, 0] appended (JSON), or the framed Avro datum followed by those two ``["null", T]`` fields'
+    encoding (what the result schema appends)."""
+    if args.format == "json":
+        return orjson.dumps({**orjson.loads(value), "label": 0, "probabilities": [0.0, 0.0]})
+    from fastavro import parse_schema, schemaless_writer
+
+    outputs = parse_schema({"type": "record", "name": "Outputs", "fields": [
+        {"name": "label", "type": ["null", "long"]},
+        {"name": "probabilities", "type": ["null", {"type": "array", "items": "float"}]},
+    ]})  # fmt: skip
+    tail = io.BytesIO()
+    schemaless_writer(tail, outputs, {"label": 0, "probabilities": [0.0, 0.0]})
+    return value + tail.getvalue()
+
+
+async def passthrough_events(
+    consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, args: argparse.Namespace, deadline: float
+) -> None:
+    decode = event_decoder(args)
+    partitioner = DefaultPartitioner()
+    partitions = sorted(await producer.partitions_for(args.results))
+    commits = _CommitBehind(consumer)
+    answer: bytes | None = None
+    try:
+        while time.monotonic() < deadline:
+            fetched = await consumer.getmany(timeout_ms=100, max_records=CHUNK)
+            if not fetched:
+                continue
+            batches: dict[int, Any] = {}
+            futures = []
+            for recs in fetched.values():
+                for rec in recs:
+                    decode(rec.value)
+                    if answer is None:
+                        answer = fixed_event_answer(rec.value, args)
+                    cid = next((v for k, v in rec.headers if k == "correlation_id"), None) or rec.key
+                    headers = [
+                        ("correlation_id", cid),
                         ("streaminfer.request.timestamp_ms", str(rec.timestamp).encode()),
                     ]
                     partition = partitioner(rec.key, partitions, partitions)

@@ -15,14 +15,20 @@ from harness import bench
 from producer_tools.fuse import fuse
 from tests.image_model import DECLARED
 
-LAST_LINE = re.compile(
-    r"^bench: digits_vs_passthrough=(\d+\.\d\d) digits_vs_naive=(\d+\.\d\d) minilm_vs_bare_ort=(\d+\.\d\d) "
-    r"digits_eos_vs_alo=(\d+\.\d\d) vision_vs_ceiling=(\d+\.\d\d)$"
-)
+#: The last line: every ratio, each measured over rounds followed by its spread, all numbers; then the CPU the rest
+#: of the machine used meanwhile.
+KEYS = [
+    "digits_vs_passthrough", "digits_vs_passthrough_spread", "digits_vs_naive",
+    "minilm_vs_bare_ort", "minilm_vs_bare_ort_spread", "digits_eos_vs_alo", "digits_eos_vs_alo_spread",
+    "vision_vs_ceiling", "vision_vs_ceiling_spread", "events_vs_passthrough", "events_vs_passthrough_spread",
+    "avro_events_vs_passthrough", "avro_events_vs_passthrough_spread",
+]  # fmt: skip
+LAST_LINE = re.compile(r"^bench: " + " ".join(rf"{key}=(\d+\.\d\d)" for key in KEYS) + r" other_cpu_pct=(\d+)$")
 
 
 def test_quick_bench_runs_every_mode(
     kafka_bootstrap: str,
+    schema_registry_url: str,
     tmp_path: Path,
     text_model: tuple[Path, Path],
     image_model: Path,
@@ -48,6 +54,7 @@ def test_quick_bench_runs_every_mode(
             "--minilm-dir", str(minilm),
             "--minilm-batch", "16",
             "--vision-dir", str(vision),
+            "--schema-registry-url", schema_registry_url,
             "--timeout-s", "60",
         ]
     )  # fmt: skip
@@ -59,16 +66,23 @@ def test_quick_bench_runs_every_mode(
 
     result = json.loads((out / "bench.json").read_text())
     assert all(r > 0 for r in result["ratios"].values()), result["ratios"]  # the small text model: R3 rounds to 0
+    words = dict(w.split("=") for w in printed[-1].split()[1:])
     for pair, key in (
         ("streaminfer/passthrough", "digits_vs_passthrough"),
         ("streaminfer-eos/streaminfer", "digits_eos_vs_alo"),
         ("minilm streaminfer/bare-ort", "minilm_vs_bare_ort"),
         ("vision streaminfer/ceiling", "vision_vs_ceiling"),
+        ("events-json streaminfer/passthrough", "events_vs_passthrough"),
+        ("events-avro streaminfer/passthrough", "avro_events_vs_passthrough"),
     ):
         values = result["rounds"][pair]
         assert len(values) == 2, pair  # --quick: two rounds
         assert result["ratios"][key] == pytest.approx(sum(values) / 2), pair  # the median of two
+        assert result["spreads"][key] == pytest.approx(abs(values[0] - values[1])), pair
+        assert float(words[f"{key}_spread"]) == pytest.approx(result["spreads"][key], abs=0.006), pair
         assert any(line.startswith(f"rounds {pair}: ") for line in printed)
+    assert len(result["warmup"]) == 1  # --quick: one untimed pass before any round
+    assert any(line.startswith("warm-up (passthrough, untimed, before any round), rec/s: ") for line in printed)
     runs = result["runs"]
     modes = {(r["model"], r["mode"]) for r in runs}
     for expected in [
@@ -89,11 +103,16 @@ def test_quick_bench_runs_every_mode(
         ("vision", "streaminfer"),
         ("vision", "streaminfer-uint8"),
         ("vision", "naive-vision"),
+        ("events-json", "passthrough"),
+        ("events-json", "streaminfer"),
+        ("events-avro", "passthrough"),
+        ("events-avro", "streaminfer"),
     ]:
         assert expected in modes, f"no {expected} run"
+    sizes = {"digits": result["records"], "minilm": 200, "vision": 256, "events-json": 2000, "events-avro": 2000}
     for r in runs:
         if r["mode"] in ("passthrough", "decode-encode", "streaminfer", "streaminfer-binary", "streaminfer-eos"):
-            assert r["records"] == {"digits": result["records"], "minilm": 200, "vision": 256}[r["model"]], r
+            assert r["records"] == sizes[r["model"]], r
             assert r["throughput_rps"] > 0
             assert r["peak_rss_mib"] > 10
         if r["mode"] == "streaminfer":

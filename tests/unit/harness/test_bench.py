@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 import math
+import os
+import socket
+from pathlib import Path
 
 import pytest
 
 from harness.bench import latency_pcts, mean_batch, summary_line, throughput
+from harness.bench.measure import Run, listening_pids
+from harness.bench.plan import Bench
+from harness.bench.report import other_cpu_pct, rounds_line
 
 LAST = (
     "bench: digits_vs_passthrough=0.60 digits_vs_naive=125.00 minilm_vs_bare_ort=0.93 digits_eos_vs_alo=0.81 "
-    "vision_vs_ceiling=0.87"
+    "vision_vs_ceiling=0.87 events_vs_passthrough=0.71 avro_events_vs_passthrough=nan"
 )
 
 
@@ -34,12 +41,100 @@ def test_mean_batch_from_cumulative_buckets() -> None:
     assert math.isnan(mean_batch({}))
 
 
+RATIOS = {
+    "digits_vs_passthrough": 0.6,
+    "digits_vs_naive": 125.0,
+    "minilm_vs_bare_ort": 0.934,
+    "digits_eos_vs_alo": 0.805,
+    "vision_vs_ceiling": 0.8712,
+    "events_vs_passthrough": 0.708,
+}
+
+
 def test_summary_line_form() -> None:
-    ratios = {
-        "digits_vs_passthrough": 0.6,
-        "digits_vs_naive": 125.0,
-        "minilm_vs_bare_ort": 0.934,
-        "digits_eos_vs_alo": 0.805,
-        "vision_vs_ceiling": 0.8712,
-    }
-    assert summary_line(ratios) == LAST
+    assert summary_line(RATIOS) == LAST  # a ratio not measured is nan
+
+
+def test_each_ratio_over_rounds_has_its_spread_beside_it_and_every_word_is_key_value() -> None:
+    spreads = {"digits_vs_passthrough": 0.054, "events_vs_passthrough": 0.1, "avro_events_vs_passthrough": math.nan}
+    line = summary_line(RATIOS, spreads)
+    assert line.startswith("bench: digits_vs_passthrough=0.60 digits_vs_passthrough_spread=0.05 digits_vs_naive=")
+    assert " events_vs_passthrough=0.71 events_vs_passthrough_spread=0.10 avro_events_vs_passthrough=nan " in line
+    words = dict(w.split("=") for w in line.split()[1:])
+    assert [k for k in words if not k.endswith("_spread")] == [*RATIOS, "avro_events_vs_passthrough"]
+    assert words["avro_events_vs_passthrough_spread"] == "nan"
+    assert "digits_vs_naive_spread" not in words  # one run, no rounds
+
+
+def run(model: str, mode: str, rps: float, round_: int | None = None, default: bool = False) -> Run:
+    extra: dict[str, object] = {"default": default}
+    if round_ is not None:
+        extra["round"] = round_
+    return Run(model, mode, "s", 1000, rps, extra=extra)
+
+
+def test_ratios_pair_runs_of_the_same_round_and_leave_the_cold_first_runs_out() -> None:
+    bench = Bench(argparse.Namespace(bootstrap_servers="unused:9092", out=Path("unused")))
+    bench.runs = [
+        run("digits", "passthrough", 20_000.0),  # the first pass of the run (warm-up aside): not a round
+        run("digits", "streaminfer", 17_000.0, default=True),  # the sweep's default setting: not a round
+        run("digits", "naive", 85.0),
+        # rounds, each back to back: passthrough, streaminfer, eos (rotated)
+        run("digits", "passthrough", 40_000.0, 1), run("digits", "streaminfer", 20_000.0, 1),
+        run("digits", "streaminfer-eos", 16_000.0, 1),
+        run("digits", "streaminfer", 22_000.0, 2), run("digits", "streaminfer-eos", 22_000.0, 2),
+        run("digits", "passthrough", 40_000.0, 2),
+        run("digits", "streaminfer-eos", 12_000.0, 3), run("digits", "passthrough", 30_000.0, 3),
+        run("digits", "streaminfer", 15_000.0, 3),
+        run("events-json", "passthrough", 30_000.0, 1), run("events-json", "streaminfer", 21_000.0, 1),
+        run("events-json", "streaminfer", 18_000.0, 2), run("events-json", "passthrough", 30_000.0, 2),
+        run("events-avro", "passthrough", 40_000.0, 1),  # a round whose streaminfer run is missing: left out
+        # MiniLM: round 1 is the first run of each, untagged (the fastest bare ORT batching is the ceiling)
+        run("minilm", "bare-ort", 100.0), run("minilm", "bare-ort", 145.0),
+        run("minilm", "streaminfer", 130.0, default=True),
+        run("minilm", "bare-ort", 150.0, 2), run("minilm", "streaminfer", 120.0, 2),
+    ]  # fmt: skip
+    per_round = bench.per_round()
+    assert per_round["digits_vs_passthrough"] == pytest.approx([0.5, 0.55, 0.5])
+    assert per_round["digits_eos_vs_alo"] == pytest.approx([0.8, 1.0, 0.8])
+    assert per_round["events_vs_passthrough"] == pytest.approx([0.7, 0.6])
+    assert per_round["avro_events_vs_passthrough"] == []
+    assert per_round["minilm_vs_bare_ort"] == pytest.approx([130 / 145, 0.8])
+    ratios, spreads = bench.ratios(), bench.spreads()
+    assert ratios["digits_vs_passthrough"] == pytest.approx(0.5)  # the median, not the cold 17,000 / 20,000
+    assert spreads["digits_vs_passthrough"] == pytest.approx(0.05)
+    assert ratios["digits_vs_naive"] == pytest.approx(17_000 / 85)
+    assert (ratios["events_vs_passthrough"], spreads["events_vs_passthrough"]) == pytest.approx((0.65, 0.1))
+    assert math.isnan(ratios["avro_events_vs_passthrough"])
+    assert math.isnan(spreads["avro_events_vs_passthrough"])
+    assert math.isnan(spreads["vision_vs_ceiling"])
+    words = dict(w.split("=") for w in summary_line(ratios, spreads).split()[1:])
+    assert words["digits_vs_passthrough"] == "0.50"
+    assert words["digits_vs_passthrough_spread"] == "0.05"
+
+
+def test_the_summary_line_ends_with_the_other_work_on_the_machine_and_rounds_lines_say_it_too() -> None:
+    line = summary_line(RATIOS, {"digits_vs_passthrough": 0.1}, other_cpu=57.4)
+    assert line.endswith(" avro_events_vs_passthrough=nan other_cpu_pct=57")
+    assert rounds_line("streaminfer/passthrough", [0.5, 0.62, 0.55], 57.4) == (
+        "rounds streaminfer/passthrough: 0.50 0.62 0.55 (the ratio is their median; spread 0.12; other work on the "
+        "machine: 57 % CPU)"
+    )
+    assert rounds_line("x", [0.5], math.nan) == "rounds x: 0.50 (the ratio is their median; spread 0.00)"
+    runs = [
+        {"extra": {"round": 1, "other_cpu_pct": 40.0}},
+        {"extra": {"round": 2, "other_cpu_pct": 80.0}},
+        {"extra": {"other_cpu_pct": 190.0}},  # not a round: the sweep, the warm-up
+        {"extra": {"round": 3, "other_cpu_pct": None}},  # strict JSON's NaN
+    ]
+    assert other_cpu_pct(runs) == 60.0
+    assert math.isnan(other_cpu_pct([]))
+
+
+def test_the_broker_is_found_by_its_listening_port() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert os.getpid() in listening_pids(f"127.0.0.1:{port}")
+    assert listening_pids(f"127.0.0.1:{port}") == []  # closed
