@@ -59,3 +59,4 @@ def test_scoring_an_existing_topic_runs_as_written(tmp_path: Path) -> None:
         fields = dict(part.split("=", 1) for part in line.split()[1:])
         assert fields["sent"] == fields["results"] == "114", line
         assert fields["dead_letters"] == "0", line
+        assert fields["score_mismatches"] == "0", line  # each result's probability is the direct run's
