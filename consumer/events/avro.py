@@ -199,13 +199,15 @@ def _name(t: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------ result schemas
 def result_schema(writer: dict[str, Any], outputs: Sequence[tuple[str, TensorSpec]]) -> dict[str, Any]:
-    """The writer schema plus one ``["null", T]`` field with default null per (result field, output)."""
+    """The writer schema plus one ``["null", T]`` field with default null per (result field, output), appended."""
     result = copy.deepcopy(writer)
-    result["fields"] = [
-        *result["fields"],
-        *({"name": name, "type": ["null", output_type(spec)], "default": None} for name, spec in outputs),
-    ]
+    result["fields"] = [*result["fields"], *output_fields(outputs)]
     return result
+
+
+def output_fields(outputs: Sequence[tuple[str, TensorSpec]]) -> list[dict[str, Any]]:
+    """The result schema's fields of (result field, output) pairs: ``["null", T]``, default null."""
+    return [{"name": name, "type": ["null", output_type(spec)], "default": None} for name, spec in outputs]
 
 
 def output_type(spec: TensorSpec) -> Any:

@@ -74,6 +74,7 @@ class EventDecoder:
         events: list[dict[str, Any]] = []
         where: list[int] = []
         schema_of: list[int | None] = []
+        raws: list[bytes | memoryview] = []
         max_bytes = self._limits.max_record_bytes
         clash = self._clash
         for i, value in enumerate(values):
@@ -86,9 +87,10 @@ class EventDecoder:
                 )
                 continue
             if self._format == "json":
-                decoded, schema_id = _json(value), None
+                raw: bytes | memoryview = value[avro.HEADER_BYTES :] if value[:1] == b"\x00" else value
+                decoded, schema_id = _json(raw), None
             else:
-                decoded, schema_id = self._avro(value)
+                decoded, schema_id, raw = self._avro(value)
             if isinstance(decoded, RecordError):
                 out[i] = decoded
                 continue
@@ -102,49 +104,57 @@ class EventDecoder:
             events.append(decoded)
             where.append(i)
             schema_of.append(schema_id)
+            raws.append(raw)
         if events:
             block, errors = self._mapping.tensors(events)
             key = self._shape_key
             row = 0
-            for i, event, schema_id, error in zip(where, events, schema_of, errors, strict=True):
+            for i, event, schema_id, raw, error in zip(where, events, schema_of, raws, errors, strict=True):
                 if error is not None:
                     out[i] = error
                     continue
                 request = DecodedRequest(None, None, 1, None, block=block, start=row, shape_key=key)
-                request.event = Event(event, schema_id)
+                request.event = Event(event, raw, schema_id)
                 out[i] = request
                 row += 1
         return out
 
-    def _avro(self, value: bytes) -> tuple[dict[str, Any] | RecordError, int | None]:
+    def _avro(self, value: bytes) -> tuple[dict[str, Any] | RecordError, int | None, memoryview]:
+        """(the datum or its error, the schema ID, the datum's bytes)."""
         framed = avro.split_frame(value)
         if framed is None:
-            return ValidationError(
-                DeadLetterReason.NOT_IN_WIRE_FORMAT,
-                "the value is not in the schema registry's wire format (magic byte 0, a 4-byte schema ID, the datum)",
-            ), None
+            return (
+                ValidationError(
+                    DeadLetterReason.NOT_IN_WIRE_FORMAT,
+                    "the value is not in the schema registry's wire format (magic byte 0, a 4-byte schema ID, a datum)",
+                ),
+                None,
+                memoryview(value),
+            )
         schema_id, payload = framed
         assert self.schemas is not None
         known = self.schemas.get(schema_id)
         if known is None:
-            return ValidationError(
-                DeadLetterReason.UNKNOWN_SCHEMA_ID, f"schema ID {schema_id} is unknown to the schema registry"
-            ), schema_id
+            return (
+                ValidationError(
+                    DeadLetterReason.UNKNOWN_SCHEMA_ID, f"schema ID {schema_id} is unknown to the schema registry"
+                ),
+                schema_id,
+                payload,
+            )
         if known.error is not None:
-            return known.error, schema_id
+            return known.error, schema_id, payload
         try:
             datum = avro.decode(known.parsed, payload)
         except RecordError as err:
-            return err, schema_id
+            return err, schema_id, payload
         if type(datum) is not dict:
-            return ValidationError(DeadLetterReason.WRONG_TYPE, "the datum is not a record"), schema_id
-        return datum, schema_id
+            return ValidationError(DeadLetterReason.WRONG_TYPE, "the datum is not a record"), schema_id, payload
+        return datum, schema_id, payload
 
 
-def _json(value: bytes) -> dict[str, Any] | RecordError:
-    """The event of a JSON value (a registry's JSON Schema framing skipped)."""
-    if value[:1] == b"\x00" and len(value) >= avro.HEADER_BYTES:
-        value = value[avro.HEADER_BYTES :]
+def _json(value: bytes | memoryview) -> dict[str, Any] | RecordError:
+    """The event of a JSON value (a registry's JSON Schema frame already left out)."""
     try:
         decoded = orjson.loads(value)
     except orjson.JSONDecodeError as exc:

@@ -35,11 +35,17 @@ _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 class EnrichedAnswers:
     """Encodes a micro-batch's enriched results.
 
+    A result is spliced, not re-encoded: an Avro record's binary encoding is its fields' encodings one after another,
+    and the result schema is the writer schema with the output fields appended, so the result is the request's datum
+    bytes followed by the output fields' encoding (framed with the result schema's ID); a JSON result is the request's
+    object bytes with the output members appended before its closing brace. The event's own bytes (number formats
+    included) reach the result untouched, and only the outputs are encoded.
+
     Args:
         signature: the model (output shapes: a row of one value is a scalar field).
         mapping: output -> result field names.
         result_format: ``json`` or ``avro`` (the request format).
-        schemas: avro: the writer schemas and their result schemas.
+        schemas: avro: the writer schemas and their result schemas' IDs.
     """
 
     def __init__(
@@ -55,9 +61,13 @@ class EnrichedAnswers:
         self._fields = [(output, name, outputs[output]) for output, name in mapping.outputs]
         self._format = result_format
         self._schemas = schemas
+        #: Avro: the output fields alone, as the result schema appends them (their encoding follows the datum's).
+        self._appended = avro.parse(
+            {"type": "record", "name": "Outputs", "fields": avro.output_fields([(n, s) for _, n, s in self._fields])}
+        )
 
     def encode(self, works: Sequence[Work], outputs: dict[str, np.ndarray]) -> list[bytes | RecordError]:
-        """One result per work item (each holds one row), or the error that dead-letters it (a datum its result
+        """One result per work item (each holds one row), or the error that dead-letters it (an output its result
         schema cannot carry: ``inference_error``)."""
         rows = len(works)
         if self._format == "json":
@@ -65,15 +75,14 @@ class EnrichedAnswers:
         else:
             columns = [(name, avro.row_values(spec, outputs[output], rows)) for output, name, spec in self._fields]
         results: list[bytes | RecordError] = []
+        append = results.append
         for k, work in enumerate(works):
             assert work.request is not None
             event = work.request.event
             assert event is not None
-            fields = event.fields  # the decoded event, the work's own: enriched in place
-            for name, values in columns:
-                fields[name] = values[k]
+            row = {name: values[k] for name, values in columns}
             if self._format == "json":
-                results.append(orjson.dumps(fields))
+                append(_spliced(event.raw, orjson.dumps(row)))
                 continue
             assert self._schemas is not None
             assert event.schema_id is not None
@@ -81,14 +90,19 @@ class EnrichedAnswers:
             assert known is not None
             assert known.result_id is not None
             try:
-                results.append(avro.frame(known.result_id, avro.encode(known.result_parsed, fields)))
+                append(avro.frame(known.result_id, bytes(event.raw) + avro.encode(self._appended, row)))
             except (ValueError, TypeError) as exc:
-                results.append(
-                    InferenceError(
-                        DeadLetterReason.INFERENCE_ERROR, f"the result does not fit its schema: {exc!r:.200}"
-                    )
-                )
+                why = f"the result does not fit its schema: {exc!r:.200}"
+                append(InferenceError(DeadLetterReason.INFERENCE_ERROR, why))
         return results
+
+
+def _spliced(event: bytes | memoryview, members: bytes) -> bytes:
+    """A JSON object's bytes with ``members`` (an object, ``{...}``) appended inside its closing brace."""
+    head = bytes(event).rstrip()
+    assert head.endswith(b"}")  # the decoder parsed it as an object
+    body = head[:-1].rstrip()
+    return body + (members[1:] if body.endswith(b"{") else b"," + members[1:])
 
 
 def _json_rows(batched: bool, arr: np.ndarray, rows: int) -> list[Any]:

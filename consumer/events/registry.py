@@ -110,14 +110,12 @@ class WriterSchema:
         parsed: fastavro's parsed schema, logical types raw (:func:`consumer.events.avro.parse`); None if unusable.
         error: the reason every record of this schema is dead-lettered, or None.
         result_id: enriched results: the result schema's ID under the results subject.
-        result_parsed: enriched results: the result schema, parsed for writing.
     """
 
     schema_id: int
     parsed: Any
     error: RecordError | None = None
     result_id: int | None = None
-    result_parsed: Any = None
 
 
 class _Unreachable(Exception):
@@ -279,7 +277,7 @@ class Schemas:
             why = f"the registry refused the result schema of writer schema {schema_id} under {subject}: {exc}"
             return WriterSchema(schema_id, parsed, _refused(why))
         assert result_id is not None
-        return WriterSchema(schema_id, parsed, None, result_id, avro.parse(result))
+        return WriterSchema(schema_id, parsed, None, result_id)
 
     async def _call(self, request: Callable[[], Awaitable[Any]], idle: Idle | None, missing_ok: bool = False) -> Any:
         """``request()`` once the registry answers: retried after each connection failure or unavailable status

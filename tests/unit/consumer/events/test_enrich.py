@@ -46,22 +46,29 @@ OUTPUTS = {
 }
 
 
-def work_of(fields: dict[str, Any], schema_id: int | None = None, offset: int = 0) -> Work:
+def work_of(fields: dict[str, Any], raw: bytes | None = None, schema_id: int | None = None, offset: int = 0) -> Work:
+    """A work item holding an event (its raw bytes: the JSON text of ``fields`` unless given)."""
     request = DecodedRequest(None, None, 1, None)
-    request.event = Event(fields, schema_id)
+    request.event = Event(fields, orjson.dumps(fields) if raw is None else raw, schema_id)
     rec = record("events", 0, offset, b"value", b"key-1", [("trace", b"t")])  # headers: correlation_id, trace
     return Work(rec, TopicPartition("events", 0), PartitionOffsets(), b"c-1", request, None, 1, 0.0)
 
 
 def test_json_results_are_the_event_with_its_outputs_appended() -> None:
     answers = EnrichedAnswers(SIGNATURE, load_mapping(SIGNATURE, None, enrich=True), "json")
-    works = [work_of({"id": "p-1", "amount": 3.5}), work_of({"id": "p-2", "amount": 1})]
+    works = [
+        work_of({"id": "p-1", "amount": 3.5}),
+        work_of({"id": "p-2", "amount": 1}, b'{ "id": "p-2",\n "amount": 1.0e0 }\n'),
+    ]
     results = answers.encode(works, OUTPUTS)
     assert results[0] == (
         b'{"id":"p-1","amount":3.5,"label":1,"probabilities":[0.1,0.9],"tag":"a","bias":0.25}'
     )  # float32 written as float32: 0.9, not 0.8999999761581421
-    second = {"id": "p-2", "amount": 1, "label": 0, "probabilities": [0.7, 0.3], "tag": "b", "bias": 0.25}
-    assert orjson.loads(results[1]) == second
+    # the event's own bytes reach the result untouched (spacing and number format included)
+    assert results[1] == b'{ "id": "p-2",\n "amount": 1.0e0,"label":0,"probabilities":[0.7,0.3],"tag":"b","bias":0.25}'
+    assert orjson.loads(work_of({}).request.event.raw) == {}  # type: ignore[union-attr]
+    (empty,) = answers.encode([work_of({})], {k: v[:1] for k, v in OUTPUTS.items()})
+    assert orjson.loads(empty) == {"label": 1, "probabilities": [0.1, 0.9], "tag": "a", "bias": 0.25}
 
 
 async def test_avro_results_decode_with_their_result_schema() -> None:
@@ -74,7 +81,11 @@ async def test_avro_results_decode_with_their_result_schema() -> None:
     await schemas.resolve([writer_id])
     answers = EnrichedAnswers(signature, mapping, "avro", schemas)
     event = {"id": "p-1", "amount": 3.5, "device": None, "at": 1_764_000_000_000}
-    (result,) = answers.encode([work_of(dict(event), writer_id)], {k: v[:1] for k, v in OUTPUTS.items()})
+    datum = io.BytesIO()
+    fastavro.schemaless_writer(datum, fastavro.parse_schema(PAYMENT, named_schemas={}), event)
+    (result,) = answers.encode(
+        [work_of(dict(event), datum.getvalue(), writer_id)], {k: v[:1] for k, v in OUTPUTS.items()}
+    )
     assert isinstance(result, bytes)
     framed = split_frame(result)
     assert framed is not None

@@ -225,3 +225,18 @@ def test_a_dynamic_width_takes_its_fields_count_but_an_array_field_needs_a_stati
     assert mapping.tensors([{"a": 1, "b": 2}])[0]["features"].shape == (1, 2)
     with pytest.raises(ModelError, match="needs a static length"):
         load_mapping(sig, mapping_file(tmp_path, "inputs:\n  features: [vector]\n"), enrich=False)
+
+
+def test_number_fields_take_the_fast_path_and_anything_else_the_checked_one() -> None:
+    sig = signature(
+        *(TensorSpec(f"x{i}", F32, (None, 1)) for i in range(3)), TensorSpec("y", np.dtype(np.float64), (None,))
+    )
+    mapping = load_mapping(sig, None, enrich=False)
+    numbers = [{"x0": 1, "x1": 2.5, "x2": -3, "y": 1e300}, {"x0": 0.1, "x1": 0, "x2": 7, "y": 4}]
+    block, errors = mapping.tensors(numbers)
+    assert errors == [None, None]
+    assert [block[f"x{i}"].tolist() for i in range(3)] == [[[1.0], [np.float32(0.1)]], [[2.5], [0.0]], [[-3.0], [7.0]]]
+    assert block["y"].tolist() == [1e300, 4.0]  # float64 input: beyond float32 is fine
+    assert all(a.flags.c_contiguous for a in block.values())
+    odd = [dict(numbers[0], x1=True), dict(numbers[0], x2=None), dict(numbers[0], x0="1"), dict(numbers[0], x0=1e39)]
+    assert reasons(mapping, [*odd, numbers[1]]) == [R.WRONG_TYPE, R.MISSING_FIELD, R.WRONG_TYPE, R.WRONG_TYPE, None]
