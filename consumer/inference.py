@@ -2,7 +2,9 @@
 
 - **Assemble**: fixed-shape requests decoded from one chunk are rows of one array, so a batch of consecutive
   ones is fed as a slice of it (no copy); other batches are copied into the pipeline slot's preallocated buffers,
-  sequence models padded to the batch's longest row (:class:`~consumer.model.buffers.BatchBuffers`).
+  a run of consecutive rows of one chunk at a time (a batch across two fetched chunks: two copies per input), else
+  request by request, sequence models padded to the batch's longest row
+  (:class:`~consumer.model.buffers.BatchBuffers`).
 - **Infer**: ``OnnxRunner.run`` in the dedicated inference thread, off the event loop (on the loop for a model
   whose largest batch computes in under a millisecond, :data:`INLINE_BELOW_S`); it checks every output's first
   dimension against the batch's rows. A batch whose failure is transient (out of memory) runs again after a
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -201,9 +203,15 @@ class BatchRunner:
         if self._sequence is None:
             if len(requests) == 1:
                 return dict(requests[0].inputs), requests[0].rows, 0
-            view = _consecutive(requests)
-            if view is not None:
-                return view, sum(r.rows for r in requests), 0
+            runs = _block_runs(requests)
+            if runs is not None and len(runs) == 1:  # consecutive rows of one block: a view, no copy
+                block, start, stop = runs[0]
+                return {name: arr[start:stop] for name, arr in block.items()}, stop - start, 0
+            if runs is not None:  # runs of a few blocks (a micro-batch across fetched chunks): a copy per run
+                feeds, rows = buffers.stack(
+                    [{n: a[start:stop] for n, a in block.items()} for block, start, stop in runs]
+                )
+                return feeds, rows, 0
             feeds, rows = buffers.stack([r.inputs for r in requests])
             return feeds, rows, 0
         if len(requests) == 1:
@@ -307,15 +315,21 @@ class BatchRunner:
         return arr[:, :length] if name in self._per_token else arr
 
 
-def _consecutive(requests: Sequence[DecodedRequest]) -> dict[str, np.ndarray] | None:
-    """The batch's feeds as slices of one decoded block, when its requests are consecutive rows of it."""
-    first = requests[0]
-    block = first.block
-    if block is None:
-        return None
-    position = first.start
+def _block_runs(requests: Sequence[DecodedRequest]) -> list[tuple[Mapping[str, np.ndarray], int, int]] | None:
+    """The batch's rows as runs of consecutive rows of their decoded blocks: (block, first row, row after the last),
+    in order; None when a request has no block."""
+    runs: list[tuple[Mapping[str, np.ndarray], int, int]] = []
+    block: Mapping[str, np.ndarray] | None = None
+    start = stop = 0
     for request in requests:
-        if request.block is not block or request.start != position:
+        if request.block is None:
             return None
-        position += request.rows
-    return {name: arr[first.start : position] for name, arr in block.items()}
+        if request.block is block and request.start == stop:
+            stop += request.rows
+            continue
+        if block is not None:
+            runs.append((block, start, stop))
+        block, start, stop = request.block, request.start, request.start + request.rows
+    assert block is not None
+    runs.append((block, start, stop))
+    return runs
