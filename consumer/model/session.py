@@ -65,6 +65,8 @@ class SessionOptions:
         require_gpu: fail unless CUDA (or TensorRT) is active.
         intra_op_threads: ONNX Runtime's intra-op threads (0: its default).
         inter_op_threads: ONNX Runtime's inter-op threads (0: its default).
+        intra_op_spinning: let ONNX Runtime's threads spin-wait for work after a run (its own default) instead of
+            sleeping.
         graph_optimization_level: ``disable``, ``basic``, ``extended`` or ``all``.
         tensorrt: put the TensorRT provider before CUDA, with an engine cache in ``trt_engine_cache_dir`` and
             explicit profile shapes from 1 row x 1 token to ``max_batch_size`` rows x the longest sequence.
@@ -82,6 +84,7 @@ class SessionOptions:
     require_gpu: bool = False
     intra_op_threads: int = 0
     inter_op_threads: int = 0
+    intra_op_spinning: bool = False
     graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
     tensorrt: bool = False
     trt_engine_cache_dir: Path | None = None
@@ -129,6 +132,9 @@ def open_session(path: Path, options: SessionOptions = SessionOptions()) -> Open
     ort_options.intra_op_num_threads = o.intra_op_threads
     ort_options.inter_op_num_threads = o.inter_op_threads
     ort_options.graph_optimization_level = OPTIMIZATION_LEVELS[o.graph_optimization_level](ort)
+    spin = "1" if o.intra_op_spinning else "0"
+    ort_options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    ort_options.add_session_config_entry("session.inter_op.allow_spinning", spin)
     providers: list[Any] = list(names)
     model: str | bytes = str(path)
     if o.tensorrt:
