@@ -518,7 +518,7 @@ def setting(env: dict[str, str], name: str) -> Any:
 def test_members_are_static_by_pod_name_and_leave_when_they_stop(overlay: str) -> None:
     """A container restarted in place keeps its pod's name, so it rejoins as the same member without a rebalance; a
     Deployment never reuses a pod's name, so a pod that goes must leave, or its partitions would wait for its
-    session timeout (README "Scaling and restarts")."""
+    session timeout (docs/operations.md "Scaling and restarts")."""
     docs = build(overlay)
     entries = {e["name"]: e for e in container_of(docs)["env"]}
     assert entries["STREAMINFER_GROUP_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
@@ -529,11 +529,12 @@ def test_members_are_static_by_pod_name_and_leave_when_they_stop(overlay: str) -
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_group_timing_is_what_make_faults_measures(overlay: str) -> None:
     """The static rows of make faults (harness/faults/steps.py) run with the manifests' session timeout and
-    heartbeat, so the figures in the README are the deployment's; the README states the session timeout."""
+    heartbeat, so the figures in docs/faults.md are the deployment's; the operations page states the session
+    timeout."""
     env = env_of(build(overlay))
     session_ms, heartbeat_ms = setting(env, "session_timeout_ms"), setting(env, "heartbeat_interval_ms")
     assert session_ms == Plan().static_session_ms
     assert heartbeat_ms == HEARTBEAT_MS
     assert heartbeat_ms * 3 <= session_ms  # Kafka's rule of thumb: a few heartbeats may fail before the session
     assert session_ms >= 30_000, "a restart (start, model load, warm-up) must fit in the session timeout"
-    assert f"session timeout ({session_ms // 1000} s)" in (ROOT / "README.md").read_text()
+    assert f"session timeout ({session_ms // 1000} s)" in (ROOT / "docs" / "operations.md").read_text()
