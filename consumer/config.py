@@ -49,8 +49,23 @@ class Settings(BaseSettings):
     group_id: str = Field("streaminfer", min_length=1, description="Consumer group id.")
     group_instance_id: str | None = Field(
         None,
-        description="Static group membership id (KIP-345): a restarted member with the same id gets its partitions "
-        "back without a rebalance. Unique per replica (e.g. the StatefulSet pod name).",
+        description="Static group membership id (KIP-345): a member killed and restarted with the same id within "
+        "session_timeout_ms gets its partitions back without a rebalance. Unique per replica: the overlays use the "
+        "pod's name, which a container restarted in place keeps.",
+    )
+    partition_assignor: Literal["roundrobin", "sticky"] = Field(
+        "roundrobin",
+        description="How the group leader spreads partitions. sticky: a rebalance moves only what balance needs, so a "
+        "member keeps more of its partitions (and, exactly_once, their producers). Every member must use the same "
+        "one: aiokafka offers the group a single assignor, so switching a running group needs all members replaced "
+        "at once (a Deployment's Recreate), not a rolling update.",
+    )
+    leave_group_on_shutdown: bool = Field(
+        True,
+        description="A static member (group_instance_id) leaves the group on a graceful shutdown (SIGTERM), so its "
+        "partitions move at once, not after session_timeout_ms (as Kafka 4.1's CloseOptions LEAVE_GROUP, KIP-1092). "
+        "False: KIP-345's behaviour, it stays a member until its session times out (for a StatefulSet whose pods "
+        "come back with their names). Dynamic members always leave.",
     )
     allow_auto_create_topics: bool = Field(
         False,

@@ -255,7 +255,6 @@ class AtLeastOnce:
         log.info("partitions revoked: %s (%d records dropped unanswered)", sorted(map(str, gone)), len(dropped))
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Count the rebalance and mark the group joined."""
-        self._stages.metrics.rebalances.inc()
+        """Mark the group joined."""
         self.joined = True
         self._stages.assigned(assigned)

@@ -15,9 +15,12 @@ unreachable behind a network partition) counts as failed, and its producer is di
 producer with the same transactional.id fences it and aborts what it left (Java's ``commitTransaction`` gives up
 after ``max.block.ms`` the same way).
 
-Rebalance: the revoke waits (within ``revoke_timeout_ms``) for the window in progress, which ends early, then the
-revoked partitions' producers are closed; what was not committed is fenced by the new owner and answered by it. A
-window the revoke gave up on stops waiting for its (closed) producers and is dropped.
+Rebalance: the revoke waits (within ``revoke_timeout_ms``) for the window in progress, which ends at once (its
+fetch is cut short: once a rebalance has begun, aiokafka's fetch waits for the new assignment, which waits for
+this revoke) and commits; the revoked partitions' producers are parked, and the assignment keeps those of the
+partitions that came back and starts the new ones' concurrently (:mod:`consumer.delivery.transactions`). A window
+the revoke gave up on stops waiting for its producers, which are closed, and is dropped; what it did not commit is
+fenced by the partitions' next producers and answered again.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 
 from aiokafka import TopicPartition
-from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, KafkaError, ProducerFenced
+from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, KafkaError, ProducerClosed, ProducerFenced
 
 from consumer.budget import InFlight
 from consumer.delivery.publisher import Sent
@@ -36,6 +39,7 @@ from consumer.delivery.stages import Stages, backoff
 from consumer.delivery.transactions import PartitionTransactions
 from consumer.errors import BROKEN_PRODUCER, TOO_LARGE
 from consumer.kafka.clients import ProducerClient
+from consumer.kafka.source import Fetched
 from consumer.work import Work
 
 log = logging.getLogger(__name__)
@@ -77,7 +81,7 @@ class ExactlyOnce:
         self._limit_s = stages.settings.producer_request_timeout_ms / 1000.0  # a commit's or an abort's, s
         self._window_lock = asyncio.Lock()  # a revoke waits for the window in its transactions
         self._stop = asyncio.Event()
-        self._revoking = False
+        self._revoking = asyncio.Event()  # a revoke waits for the window: it ends at once
         self._abandon = asyncio.Event()  # a revoke gave up waiting for the window in progress
         self.tasks: list[asyncio.Task[None]] = []
         s = stages.settings
@@ -133,8 +137,8 @@ class ExactlyOnce:
         deadline = st.clock() + s.commit_interval_ms / 1000.0
         transactions: dict[TopicPartition, _Transaction] = {}
         self._abandon.clear()
-        while not self._stop.is_set() and not self._revoking:
-            fetched = await st.source.fetch(self.held.room(s.fetch_max_records))
+        while not self._stop.is_set() and not self._revoking.is_set():
+            fetched = await self._fetch(self.held.room(s.fetch_max_records))
             if not fetched and not transactions:
                 return  # nothing open: let a rebalance or a stop in between windows
             if fetched:
@@ -149,6 +153,22 @@ class ExactlyOnce:
                 break
         await asyncio.gather(*(self._commit(tp, txn) for tp, txn in transactions.items()))
         self.held.clear()
+
+    async def _fetch(self, room: int) -> Fetched:
+        """A fetch that a revoke or a stop cuts short ({}): once a rebalance has begun, aiokafka's fetch waits for the
+        new assignment, and the rebalance waits for the revoke, which waits for this window. What a fetch cut short
+        had taken is read again: positions restart from the committed offsets after a rebalance."""
+        fetch = asyncio.ensure_future(self._stages.source.fetch(room))
+        cut = [asyncio.ensure_future(self._revoking.wait()), asyncio.ensure_future(self._stop.wait())]
+        try:
+            await asyncio.wait([fetch, *cut], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in cut:
+                waiter.cancel()
+            if not fetch.done():
+                fetch.cancel()
+            await asyncio.gather(fetch, return_exceptions=True)
+        return fetch.result() if not fetch.cancelled() else {}
 
     def _mine(self, works: list[Work]) -> list[Work]:
         """Drop the records of partitions revoked while the chunk was decoded."""
@@ -208,11 +228,12 @@ class ExactlyOnce:
                 if self._abandon.is_set():
                     raise Abandoned()
                 raise StuckTransaction(f"the transaction did not finish within {self._limit_s:.0f} s")
-        except (ProducerFenced, InvalidProducerEpoch, IllegalOperation, Abandoned) as exc:
+        except (ProducerFenced, InvalidProducerEpoch, IllegalOperation, ProducerClosed, Abandoned) as exc:
             # IllegalOperation: aiokafka's answer to sends after its producer was fenced (not a KafkaError).
             # Another producer with this transactional.id exists: the partition's new owner (we are about to be
-            # revoked) or a restarted instance; or a revoke gave up waiting for this window and closed it. Nothing
-            # of this window became visible; if the partition is still ours, rewind so a fresh producer answers it.
+            # revoked) or a restarted instance; or a revoke gave up waiting for this window and closed it (sends on a
+            # closed producer: ProducerClosed; there is nothing to abort). Nothing of this window became visible; if
+            # the partition is still ours, rewind so a fresh producer answers it.
             log.warning("producer of %s fenced or closed: %r", tp, exc)
             if txn.producer is not None:
                 await self.txns.discard(tp, txn.producer)
@@ -285,32 +306,46 @@ class ExactlyOnce:
 
     # -- rebalances
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Wait (within revoke_timeout_ms) for the window in its transactions, then close the revoked partitions'
-        producers. Whatever was not committed is fenced by the new owner and answered by it."""
+        """Wait (within revoke_timeout_ms) for the window in its transactions, which ends at once and commits, then
+        park the revoked partitions' producers until the assignment says which come back. A window the revoke gave
+        up on is dropped and its partitions' producers closed: their next producers fence what it left."""
         self.joined = False
         if not revoked:
             return
         st = self._stages
-        self._revoking = True
+        self._revoking.set()
         try:
-            if await st.within(self._window_lock.acquire(), self._settings.revoke_timeout_ms / 1000.0):
+            finished = await st.within(self._window_lock.acquire(), self._settings.revoke_timeout_ms / 1000.0)
+            if finished:
                 self._window_lock.release()
             else:
                 log.warning("revoke: the current transactions did not finish in time; the new owner fences them")
                 self._abandon.set()  # the window stops waiting for producers closed below it
         finally:
-            self._revoking = False
-        for tp in revoked:
-            await self.txns.close(tp)
+            self._revoking.clear()
+        if finished:
+            self.txns.park(revoked)
+        else:
+            await self.txns.close_many(revoked)
         st.tracker.forget(set(revoked))
         st.source.forget_lag(set(revoked))
-        log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
+        log.debug("partitions revoked: %s", sorted(str(tp) for tp in revoked))
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Start the new partitions' transactional producers, which fences any zombie still writing for them;
-        count the rebalance and mark the group joined."""
-        for tp in assigned:
-            await self.txns.open(tp)
-        self._stages.metrics.rebalances.inc()
+        """Keep the producers of the partitions that came back, close the other parked ones and start the new
+        partitions' (concurrently; starting fences any zombie still writing for them); mark the group joined."""
+        st = self._stages
+        started = st.clock()
+        done = await self.txns.reassign(assigned)
+        took = st.clock() - started
+        events = st.metrics.transactional_producers
+        events.labels("kept").inc(done.kept)
+        events.labels("opened").inc(done.opened)
+        events.labels("closed").inc(done.closed)
+        if st.source.rebalance is not None:
+            failed = f", {done.failed} failed" if done.failed else ""
+            st.source.rebalance.note(
+                f"producers: {done.kept} kept, {done.opened} opened in {took:.3f} s{failed}, {done.closed} closed"
+            )
         self.joined = True
-        self._stages.assigned(assigned)
+        st.assigned(assigned)

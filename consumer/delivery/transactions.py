@@ -11,12 +11,21 @@ the input partition, ``<transactional_id_prefix>-<group_id>-<topic>-<partition>`
 its ``InitProducerId`` bumps the epoch, aborts the old owner's open transaction and fences the old producer, whose
 later sends and commits fail with ``ProducerFenced``. (The group-generation-aware variant, KIP-447, needs
 ``TxnOffsetCommit`` v3, which aiokafka does not send.) The price is a producer per assigned partition.
+
+Rebalances (aiokafka's protocol is eager: every member gives up every partition each time): a revoked partition's
+producer is *parked*, not closed (:meth:`PartitionTransactions.park`); if the new assignment gives the partition
+back, as the sticky assignor mostly does, its producer is kept, with no InitProducerId and nothing for the broker
+to fence; the others are closed (:meth:`PartitionTransactions.reassign`). The new partitions' producers are started
+concurrently, each InitProducerId on its own. A kept producer that someone fenced meanwhile (this member was out
+of the group for a while and another owned the partition) fails its next transaction with ``ProducerFenced``: the
+window is dropped and read again with a new producer, as after any fencing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
@@ -27,6 +36,16 @@ log = logging.getLogger(__name__)
 
 #: Longest wait to close one producer (a broker that is gone must not hold a shutdown), seconds.
 CLOSE_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class Reassigned:
+    """What :meth:`PartitionTransactions.reassign` did with the producers, counts."""
+
+    kept: int
+    opened: int
+    closed: int
+    failed: int
 
 
 def transactional_id(settings: Settings, tp: TopicPartition) -> str:
@@ -46,8 +65,11 @@ class PartitionTransactions:
         self._settings = settings
         self._clients = clients
         self._producers: dict[TopicPartition, ProducerClient] = {}
-        # One producer per transactional.id in this process: a second one would fence the first.
-        self._opening = asyncio.Lock()
+        #: Producers of revoked partitions, until the next assignment says which come back.
+        self._parked: dict[TopicPartition, ProducerClient] = {}
+        # One producer per transactional.id in this process (a second one would fence the first): one lock per
+        # partition, so different partitions' producers start concurrently.
+        self._opening: dict[TopicPartition, asyncio.Lock] = {}
 
     async def open(self, tp: TopicPartition) -> ProducerClient:
         """``tp``'s producer, started if it is not yet; starting fences any other producer with its
@@ -56,7 +78,7 @@ class PartitionTransactions:
         Raises:
             aiokafka.errors.KafkaError: the transaction coordinator cannot be reached.
         """
-        async with self._opening:
+        async with self._opening.setdefault(tp, asyncio.Lock()):
             producer = self._producers.get(tp)
             if producer is None:
                 s = self._settings
@@ -65,7 +87,7 @@ class PartitionTransactions:
                     transactional_id=transactional_id(s, tp),
                     transaction_timeout_ms=s.transaction_timeout_ms,
                 )
-                log.info("transactional producer for %s started (%s)", tp, transactional_id(s, tp))
+                log.debug("transactional producer for %s started (%s)", tp, transactional_id(s, tp))
             return producer
 
     def producer(self, tp: TopicPartition) -> ProducerClient:
@@ -76,11 +98,43 @@ class PartitionTransactions:
         """Whether ``producer`` is still ``tp``'s (not closed by a revoke, nor replaced since)."""
         return self._producers.get(tp) is producer
 
+    def park(self, tps: set[TopicPartition]) -> None:
+        """Set the producers of revoked partitions aside (no open transaction: the revoke finished the window) until
+        :meth:`reassign` says which partitions come back."""
+        for tp in tps:
+            producer = self._producers.pop(tp, None)
+            if producer is not None:
+                self._parked[tp] = producer
+
+    async def reassign(self, assigned: set[TopicPartition]) -> Reassigned:
+        """Take the new assignment: keep the parked producers of partitions that came back, close the other parked
+        ones and start the new partitions' producers, all concurrently. A producer that cannot start is left to the
+        partition's first window (which tries again); its error is returned.
+        """
+        kept = {tp for tp in self._parked if tp in assigned}
+        for tp in kept:
+            self._producers[tp] = self._parked.pop(tp)
+        gone, self._parked = self._parked, {}
+        new = sorted(assigned - set(self._producers), key=lambda tp: (tp.topic, tp.partition))
+        results = await asyncio.gather(
+            *(self.open(tp) for tp in new), *(self._stop(tp, p) for tp, p in gone.items()), return_exceptions=True
+        )
+        failed = {tp: r for tp, r in zip(new, results, strict=False) if isinstance(r, BaseException)}
+        for tp, exc in failed.items():
+            if not isinstance(exc, Exception):
+                raise exc  # cancelled: the rebalance itself is being torn down
+            log.warning("transactional producer for %s did not start (%r); its first window tries again", tp, exc)
+        return Reassigned(kept=len(kept), opened=len(new) - len(failed), closed=len(gone), failed=len(failed))
+
     async def close(self, tp: TopicPartition) -> None:
         """Stop ``tp``'s producer (an open transaction is aborted by the next owner or the timeout)."""
         producer = self._producers.pop(tp, None)
         if producer is not None:
             await self._stop(tp, producer)
+
+    async def close_many(self, tps: set[TopicPartition]) -> None:
+        """Stop the producers of ``tps``, concurrently."""
+        await asyncio.gather(*(self.close(tp) for tp in tps))
 
     async def discard(self, tp: TopicPartition, producer: ProducerClient) -> None:
         """Stop ``producer`` and forget it as ``tp``'s if it still is: a window that held it must not close the
@@ -91,9 +145,10 @@ class PartitionTransactions:
         await self._stop(tp, producer)
 
     async def close_all(self) -> None:
-        """Stop every producer."""
-        for tp in list(self._producers):
-            await self.close(tp)
+        """Stop every producer (parked ones too), concurrently."""
+        everything = [*self._producers.items(), *self._parked.items()]
+        self._producers, self._parked = {}, {}
+        await asyncio.gather(*(self._stop(tp, p) for tp, p in everything))
 
     @staticmethod
     async def _stop(tp: TopicPartition, producer: ProducerClient) -> None:

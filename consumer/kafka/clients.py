@@ -7,6 +7,16 @@ to drive the delivery logic without a broker. Pattern after encode/httpx ``_tran
 
 Answers are produced through the client's batch API (``create_batch`` / ``send_batch``): many records under one
 future, the destination partition chosen by the same partitioner (murmur2 of the key) ``send`` would use.
+
+Group membership (:meth:`KafkaClients.consumer`):
+
+- **Assignor** (``partition_assignor``): round robin, or sticky (:func:`sticky_assignor`: a rebalance moves as few
+  partitions as balance allows, so a member mostly gets its partitions back and keeps their transactional
+  producers). One only: aiokafka (0.14) sends one JoinGroup per assignor it is given, each a change of the
+  member's metadata that starts the rebalance again, so a group whose members offer two can rebalance for ever
+  when they join together; and so no fallback protocol lets a rolling update switch a running group.
+- **Static members leave** on a graceful stop (``leave_group_on_shutdown``, :class:`LeavingConsumer`); aiokafka,
+  like the Java client before KIP-1092, keeps a static member in the group until its session times out.
 """
 
 from __future__ import annotations
@@ -15,6 +25,9 @@ import asyncio
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
 from consumer.config import Settings
 from consumer.kafka.unpack import install
@@ -106,6 +119,57 @@ class Clients(Protocol):
         ...
 
 
+def sticky_assignor() -> type[AbstractPartitionAssignor]:
+    """aiokafka's sticky assignor (kafka-python's, KIP-54) with state of its own.
+
+    The assignor keeps the member's last assignment, which it sends with every JoinGroup so the leader can keep each
+    partition where it was, in *class* attributes: every consumer of a process would share them. A subclass made
+    per consumer holds them apart. aiokafka never tells it the group's generation, so every member reports -1; a
+    partition two members claim (one of them out of the group meanwhile) goes to one of them, and fencing keeps
+    exactly-once correct whichever it is.
+    """
+    return type(
+        "StreaminferStickyAssignor",
+        (StickyPartitionAssignor,),
+        {"member_assignment": None, "generation": StickyPartitionAssignor.DEFAULT_GENERATION_ID,
+         "_latest_partition_movements": None},
+    )  # fmt: skip
+
+
+class LeavingConsumer(AIOKafkaConsumer):  # type: ignore[misc]  # aiokafka is untyped
+    """An ``AIOKafkaConsumer`` whose static member (``group_instance_id``) sends LeaveGroup when it stops.
+
+    aiokafka's coordinator skips LeaveGroup for a static member; on stop, once its coordination task has ended, this
+    one forgets the instance id just before aiokafka's own leave step, which then sends LeaveGroup with the member
+    id (the broker removes the static member with it). A member killed (SIGKILL, OOM) sends nothing and keeps its
+    partitions while it restarts with the same id. Checked against aiokafka 0.12 to 0.14 (``_coordinator``,
+    ``_group_instance_id``, ``_maybe_leave_group``): :func:`leaves_static_members` says whether the installed one
+    has them.
+    """
+
+    async def stop(self) -> None:
+        coordinator = getattr(self, "_coordinator", None)
+        if coordinator is not None and leaves_static_members(coordinator):
+            aiokafka_leave = getattr(coordinator, LEAVE_STEP)
+
+            async def leave() -> None:
+                setattr(coordinator, INSTANCE_ID, None)  # the coordination task has ended: only the leave reads it
+                await aiokafka_leave()
+
+            setattr(coordinator, LEAVE_STEP, leave)
+        await super().stop()
+
+
+#: aiokafka's ``GroupCoordinator`` attributes :class:`LeavingConsumer` uses: the static member's id, and the leave
+#: step ``close()`` awaits last.
+INSTANCE_ID, LEAVE_STEP = "_group_instance_id", "_maybe_leave_group"
+
+
+def leaves_static_members(coordinator: object) -> bool:
+    """Whether ``coordinator`` (aiokafka's ``GroupCoordinator``) has what :class:`LeavingConsumer` relies on."""
+    return hasattr(coordinator, INSTANCE_ID) and callable(getattr(coordinator, LEAVE_STEP, None))
+
+
 class KafkaClients:
     """The real aiokafka clients, configured from the settings.
 
@@ -127,7 +191,10 @@ class KafkaClients:
         """
         s = self._settings
         install(s.max_batch_unpacked_bytes, s.max_record_bytes)
-        return AIOKafkaConsumer(  # type: ignore[no-any-return]
+        leaving = s.group_instance_id is not None and s.leave_group_on_shutdown
+        consumer_class: type[AIOKafkaConsumer] = LeavingConsumer if leaving else AIOKafkaConsumer
+        assignor = sticky_assignor() if s.partition_assignor == "sticky" else RoundRobinPartitionAssignor
+        consumer: ConsumerClient = consumer_class(
             **self._security,
             bootstrap_servers=s.bootstrap_servers,
             group_id=s.group_id,
@@ -139,7 +206,9 @@ class KafkaClients:
             heartbeat_interval_ms=s.heartbeat_interval_ms,
             max_poll_interval_ms=s.max_poll_interval_ms,
             isolation_level="read_committed" if s.delivery == "exactly_once" else "read_uncommitted",
+            partition_assignment_strategy=(assignor,),  # one: see the module docstring
         )
+        return consumer
 
     async def producer(self, client_id: str, **options: Any) -> ProducerClient:
         s = self._settings

@@ -10,7 +10,8 @@
   raises again; it becomes an :class:`~consumer.work.UndecodableRecord` and the partition skips it.
 - **Lag** (:meth:`Source.update_lag`): per partition, the high watermark of the last fetch minus the first
   uncommitted offset, exported as ``streaminfer_consumer_lag_records``.
-- **Rebalances**: a ``ConsumerRebalanceListener`` that forwards to the delivery mode's handlers.
+- **Rebalances**: :class:`~consumer.kafka.rebalance.RebalanceListener` forwards them to the delivery mode's
+  handlers and times each phase (:attr:`Source.rebalance`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import TopicPartition
 
 from consumer.errors import TopicMissingError
 from consumer.kafka.clients import ConsumerClient
+from consumer.kafka.rebalance import RebalanceHandler, RebalanceListener
 from consumer.offsets import OffsetTracker
 from consumer.ops.metrics import Metrics
 from consumer.ops.progress import Progress
@@ -36,7 +38,6 @@ log = logging.getLogger(__name__)
 ISOLATION_STEP_LIMIT = 10_000
 
 Fetched = dict[TopicPartition, list[Any]]
-RebalanceHandler = Callable[[set[TopicPartition]], Awaitable[None]]
 
 
 #: How long start-up waits for the requests topic to show in the cluster's metadata, and how often it asks, s.
@@ -94,6 +95,8 @@ class Source:
         self._clock = clock
         self._stage = metrics.stage_seconds.labels("fetch")
         self.lag = 0
+        #: The group's listener, set by :meth:`start` (a delivery mode adds its figures to a rebalance's line).
+        self.rebalance: RebalanceListener | None = None
 
     async def start(self, on_revoked: RebalanceHandler, on_assigned: RebalanceHandler) -> None:
         """Subscribe (rebalances go to the handlers) and join the group.
@@ -113,7 +116,8 @@ class Source:
                     "topics on first use cannot take their records)",
                     _named(missing, "does", "do"),
                 )
-            self.consumer.subscribe([self._topic], listener=_Rebalance(on_revoked, on_assigned))
+            self.rebalance = RebalanceListener(on_revoked, on_assigned, self._metrics, self._clock)
+            self.consumer.subscribe([self._topic], listener=self.rebalance)
         except BaseException:
             await self.consumer.stop()
             raise
@@ -267,15 +271,3 @@ class Source:
             return found
         finally:
             consumer.resume(*(set(assigned) - was_paused))
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, on_revoked: RebalanceHandler, on_assigned: RebalanceHandler) -> None:
-        self._on_revoked = on_revoked
-        self._on_assigned = on_assigned
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self._on_revoked(set(revoked))
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self._on_assigned(set(assigned))

@@ -21,6 +21,15 @@ from consumer.errors import DeadLetterReason
 BATCH_ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 #: Sub-millisecond to seconds, for preprocessing, queue wait and inference, seconds.
 STAGE_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+#: Time of one rebalance phase (revoke, join, assign), seconds: tens of milliseconds when quick, a session timeout
+#: when a member left without a word.
+REBALANCE_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+#: The phases of a rebalance (``streaminfer_rebalance_seconds{phase}``, :mod:`consumer.kafka.rebalance`): revoke
+#: (the revoke handler), join (JoinGroup and SyncGroup), assign (the assignment handler; exactly_once: producers).
+REBALANCE_PHASES = ("revoke", "join", "assign")
+#: What happened to a transactional producer at a rebalance (``streaminfer_transactional_producers_total{event}``):
+#: opened (a partition new to this member), kept (a partition the member got back), closed (one it lost).
+PRODUCER_EVENTS = ("opened", "kept", "closed")
 #: End-to-end record age at publish, seconds.
 AGE_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -140,6 +149,22 @@ class Metrics:
             registry=registry,
         )
         self.rebalances = Counter("streaminfer_rebalances", "Partition assignments received.", registry=registry)
+        self.rebalance_seconds = Histogram(
+            "streaminfer_rebalance_seconds",
+            "Time of each phase of a rebalance: revoke (finishing the revoked partitions' work), join (JoinGroup and "
+            "SyncGroup, waiting for the other members), assign (taking the new partitions; exactly_once: opening "
+            "their transactional producers), seconds.",
+            ["phase"],
+            buckets=REBALANCE_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.transactional_producers = Counter(
+            "streaminfer_transactional_producers",
+            "exactly_once: transactional producers at rebalances, by event: opened (InitProducerId, fencing the "
+            "partition's previous owner), kept (a partition this member got back), closed (a partition it lost).",
+            ["event"],
+            registry=registry,
+        )
         self.consumer_lag = Gauge(
             "streaminfer_consumer_lag_records",
             "Log end offset minus the group's committed offset, per assigned partition, records.",
@@ -180,6 +205,10 @@ class Metrics:
             self.stage_seconds.labels(stage)
         for reason in DeadLetterReason:
             self.dead_letters.labels(reason.value)
+        for phase in REBALANCE_PHASES:
+            self.rebalance_seconds.labels(phase)
+        for event in PRODUCER_EVENTS:
+            self.transactional_producers.labels(event)
 
     def track_gpu_memory(self, device_index: int, read_used_bytes: Callable[[], float] | None = None) -> bool:
         """Report ``streaminfer_gpu_memory_used_bytes{device}`` at scrape time through NVML (nvidia-ml-py).

@@ -46,12 +46,17 @@ Scenarios (consumers run as separate processes, ``python -m consumer``, unless n
   a veth link; needs root, skipped otherwise): the link cut both ways, cut broker -> consumer only, throttled, and
   made slow and lossy (50 +- 10 ms, 1 % loss each way, :mod:`harness.impair`), under load; during a cut
   ``/readyz`` and ``/healthz`` must fail and after it recover without a restart (:mod:`harness.faults.network`).
+- ``steps_alo_dynamic``, ``steps_eos_dynamic``, ``steps_alo_static``, ``steps_eos_static``,
+  ``steps_eos_statefulset``: an open-loop load on 8 partitions while the group scales out, loses a member to
+  ``kill -9``, rolls and scales in; per step the longest gap overall and per partition, p99 and the rebalances the
+  stayers saw; targets judged in the full run only (:mod:`harness.faults.steps`).
 - ``tcp_reset``, ``slow_link`` (consumers connected through toxiproxy; skipped where it cannot be built): bursts of
   TCP resets on every consumer connection, and 50 +- 10 ms added each way, under load
   (:mod:`harness.faults.toxic`).
 
 The modules: :mod:`~harness.faults.harness` (plan, rows, the harness), :mod:`~harness.faults.scenarios`
-(single broker), :mod:`~harness.faults.cluster`, :mod:`~harness.faults.cli` (registry, run, table).
+(single broker), :mod:`~harness.faults.steps` (scale steps), :mod:`~harness.faults.cluster`,
+:mod:`~harness.faults.cli` (registry, run, table).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from harness.faults.scenarios import (
     scenario_rebalance,
     scenario_slow_model,
 )
+from harness.faults.steps import STEP_SCENARIOS
 from harness.faults.toxic import TOXIC_SCENARIOS
 from harness.localkafka import LocalBroker
 from harness.netns import Link, unavailable
@@ -41,6 +42,7 @@ SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
     "slow_model": scenario_slow_model,
     "backlog": scenario_backlog,
     "compression_bomb": scenario_compression_bomb,
+    **STEP_SCENARIOS,
     **CLUSTER_SCENARIOS,
     **NETWORK_SCENARIOS,
     **TOXIC_SCENARIOS,
@@ -61,6 +63,7 @@ def table(outcomes: Sequence[Outcome]) -> str:
     lines.append(
         f"faults: scenarios={len(outcomes)} lost={lost} duplicates_exactly_once={dup_eos} poison_missed={missed}"
     )
+    lines += [o.details for o in outcomes if o.details]
     return "\n".join(lines)
 
 
@@ -104,6 +107,8 @@ async def run(plan: Plan, bootstrap: str | None, work: Path) -> list[Outcome]:
                     harness.stop_all()
             outcomes.append(outcome)
             print(table([outcome]).splitlines()[1], file=sys.stderr)
+            if outcome.details:
+                print(outcome.details, file=sys.stderr)
     finally:
         for harness in harnesses.values():
             harness.stop_all()
@@ -160,12 +165,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--node-down-s", type=float, help="seconds a killed cluster node stays down")
     p.add_argument("--net-cut-s", type=float, help="seconds the network scenarios cut the link")
     p.add_argument("--idle-s", type=float, help="seconds the spare member idles in idle_takeover")
+    p.add_argument("--step-rate", type=float, help="records/s of the scale-step rows (steps_*)")
+    p.add_argument("--step-settle-s", type=float, help="seconds of load after each scale step has recovered")
+    p.add_argument("--static-session-ms", type=int, help="session timeout of the static steps_* rows, ms")
     p.add_argument("--scenarios", default="", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     p.add_argument("--bootstrap-servers", default=None, help="use this broker (no outage and no cluster scenarios)")
     p.add_argument("--work-dir", type=Path, default=None, help="logs and broker state (default: a temp folder)")
     args = p.parse_args(argv)
     plan = Plan(**vars(QUICK)) if args.quick else Plan()
-    for name in ("records", "kills", "backlog", "outage_s", "idle_s", "node_down_s", "net_cut_s"):
+    for name in (
+        "records", "kills", "backlog", "outage_s", "idle_s", "node_down_s", "net_cut_s", "step_rate", "step_settle_s",
+        "static_session_ms",
+    ):  # fmt: skip
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))
     plan.scenarios = [s for s in args.scenarios.split(",") if s]

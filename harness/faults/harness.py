@@ -45,6 +45,8 @@ class Outcome:
     note: str = ""
     exactly_once: bool = False
     poison_missed: int = 0
+    #: Lines printed under the table (the scale-step rows' figures per step).
+    details: str = ""
 
 
 @dataclass
@@ -59,6 +61,11 @@ class Plan:
     backlog: int = 1_000_000
     node_down_s: float = 10.0  # how long a killed cluster node stays down
     net_cut_s: float = 30.0  # how long the network scenarios cut the consumers' link
+    step_rate: float = 2000.0  # records/s while the scale-step rows change the group
+    step_settle_s: float = 8.0  # load after every partition answers again, before the next step, s
+    #: Session timeout of the static-membership scale-step rows, ms: the manifests' (k8s/components/static-membership).
+    static_session_ms: int = 45_000
+    judge_steps: bool = True  # whether a missed scale-step target fails its row
     scenarios: list[str] = field(default_factory=list)
 
 
@@ -101,8 +108,9 @@ def log_excerpt(path: Path, last: int = 25) -> str:
 
 
 QUICK = Plan(
-    records=600, kills=3, rate=150.0, outage_s=8.0, idle_s=10.0, backlog=5_000, node_down_s=6.0, net_cut_s=15.0
-)
+    records=600, kills=3, rate=150.0, outage_s=8.0, idle_s=10.0, backlog=5_000, node_down_s=6.0, net_cut_s=15.0,
+    step_rate=400.0, step_settle_s=2.0, static_session_ms=10_000, judge_steps=False,
+)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ harness

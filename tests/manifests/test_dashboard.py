@@ -46,6 +46,8 @@ def test_dashboard_covers_what_operators_ask() -> None:
         "streaminfer_consumer_lag_records",
         "streaminfer_dead_letters_total",
         "streaminfer_model_info",
+        "streaminfer_rebalance_seconds_sum",
+        "streaminfer_rebalances_total",
     ):
         assert needed in queried
 
@@ -53,3 +55,27 @@ def test_dashboard_covers_what_operators_ask() -> None:
 def test_panel_ids_unique() -> None:
     ids = [p["id"] for p in json.loads(DASHBOARD.read_text())["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def test_a_rebalance_panel_sits_beside_the_lag_panel() -> None:
+    """An operator sees what a scale step cost next to the lag it caused: each phase's time and the count."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+
+    def queries(panel: dict[str, object]) -> str:
+        return " ".join(t["expr"] for t in panel.get("targets", []))  # type: ignore[attr-defined]
+
+    lag = next(p for p in panels if "streaminfer_consumer_lag_records" in queries(p))
+    rebalance = next(p for p in panels if "streaminfer_rebalance_seconds_sum" in queries(p))
+    assert "by (phase)" in queries(rebalance)
+    assert "streaminfer_rebalances_total" in queries(rebalance)
+    assert rebalance["gridPos"]["y"] == lag["gridPos"]["y"]
+    assert rebalance["gridPos"]["x"] == lag["gridPos"]["x"] + lag["gridPos"]["w"]
+
+
+def test_panels_do_not_overlap() -> None:
+    taken: set[tuple[int, int]] = set()
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        g = panel["gridPos"]
+        cells = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & taken, f"panel {panel['id']} overlaps another"
+        taken |= cells

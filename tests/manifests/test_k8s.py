@@ -26,6 +26,8 @@ from pydantic import ValidationError as PydanticValidationError
 from consumer.budget import budget_problem
 from consumer.config import ENV_PREFIX, Settings
 from consumer.ops.health import HEALTHZ_PATH, METRICS_PATH, READYZ_PATH
+from harness.faults.harness import Plan
+from harness.faults.steps import HEARTBEAT_MS
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -194,6 +196,15 @@ def test_environment_names_real_settings_with_valid_values(overlay: str) -> None
         except PydanticValidationError as exc:
             pytest.fail(f"{key}={value!r} is invalid: {exc}")
     assert "STREAMINFER_MODEL_PATH" in env
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_environment_entry_names_a_setting(overlay: str) -> None:
+    """The literal entries and those taken from the pod (the downward API) alike."""
+    for entry in container_of(build(overlay)).get("env", []):
+        name = entry["name"]
+        assert name.startswith(ENV_PREFIX), name
+        assert name[len(ENV_PREFIX) :].lower() in Settings.model_fields, name
 
 
 def test_config_drift_detector_can_fail() -> None:
@@ -494,3 +505,36 @@ def test_service_monitor_selects_only_streaminfers_service(overlay: str) -> None
     ):
         assert not selects(selector, foreign), foreign
     assert "namespaceSelector" not in one(docs, "ServiceMonitor")["spec"]  # its own namespace only
+
+
+# ------------------------------------------------------------------------------------------- group membership
+def setting(env: dict[str, str], name: str) -> Any:
+    """A setting's value as the consumer reads it: the environment's, else the default."""
+    raw = env.get(f"{ENV_PREFIX}{name.upper()}", Settings.model_fields[name].default)
+    return TypeAdapter(Settings.model_fields[name].annotation).validate_python(raw, strict=False)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_members_are_static_by_pod_name_and_leave_when_they_stop(overlay: str) -> None:
+    """A container restarted in place keeps its pod's name, so it rejoins as the same member without a rebalance; a
+    Deployment never reuses a pod's name, so a pod that goes must leave, or its partitions would wait for its
+    session timeout (docs/operations.md "Scaling and restarts")."""
+    docs = build(overlay)
+    entries = {e["name"]: e for e in container_of(docs)["env"]}
+    assert entries["STREAMINFER_GROUP_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert [d["kind"] for d in docs if d["kind"] in ("Deployment", "StatefulSet")] == ["Deployment"]
+    assert setting(env_of(docs), "leave_group_on_shutdown") is True
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_group_timing_is_what_make_faults_measures(overlay: str) -> None:
+    """The static rows of make faults (harness/faults/steps.py) run with the manifests' session timeout and
+    heartbeat, so the figures in docs/faults.md are the deployment's; the operations page states the session
+    timeout."""
+    env = env_of(build(overlay))
+    session_ms, heartbeat_ms = setting(env, "session_timeout_ms"), setting(env, "heartbeat_interval_ms")
+    assert session_ms == Plan().static_session_ms
+    assert heartbeat_ms == HEARTBEAT_MS
+    assert heartbeat_ms * 3 <= session_ms  # Kafka's rule of thumb: a few heartbeats may fail before the session
+    assert session_ms >= 30_000, "a restart (start, model load, warm-up) must fit in the session timeout"
+    assert f"session timeout ({session_ms // 1000} s)" in (ROOT / "docs" / "operations.md").read_text()

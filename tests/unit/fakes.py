@@ -4,7 +4,8 @@ clock, so the delivery modes run in unit tests without a broker, a model file or
 - :class:`FakeCluster` holds topic logs (offset order per partition) and committed group offsets.
 - :class:`FakeConsumer` serves scripted records of the partitions it is assigned, honours pause/resume/seek,
   records commits and drives rebalances through the subscribed listener (:meth:`FakeConsumer.assign`,
-  :meth:`FakeConsumer.revoke`). Its fetch waits for records or for the fake clock, never for real time.
+  :meth:`FakeConsumer.revoke`). Its fetch waits for records or for the fake clock, never for real time; as
+  aiokafka's, from a revoke until the next assignment it waits for that assignment, however long.
 - :class:`FakeProducer` collects batches; each batch's future is resolved by the cluster's policy: acknowledge
   at once (the default), hold until :meth:`FakeCluster.settle`, or fail with a scripted error. Transactional
   producers keep their writes apart until they commit.
@@ -247,6 +248,8 @@ class FakeConsumer:
         self.resume_calls = 0
         self.fetches = 0
         self._changed = asyncio.Event()
+        self._joined = asyncio.Event()  # cleared from a revoke until the next assignment (aiokafka's reassignment)
+        self._joined.set()
         self.started = False
         #: The topics the cluster has (``topics()``): the harness's requests, results and dead-letter topics unless a
         #: test removes one.
@@ -274,12 +277,15 @@ class FakeConsumer:
         for tp in tps:
             self.positions[tp] = self.cluster.committed.get(tp, 0)
         self._assigned |= tps
+        self._joined.set()
         assert self.listener is not None
         await self.listener.on_partitions_assigned(set(tps))
         self._changed.set()
 
     async def revoke(self, tps: set[TopicPartition]) -> None:
-        """The group takes ``tps`` away (after the listener ran)."""
+        """The group takes ``tps`` away (after the listener ran). As in aiokafka, a rebalance has begun: fetches
+        wait for the next :meth:`assign`, the listener's call included."""
+        self._joined.clear()
         assert self.listener is not None
         await self.listener.on_partitions_revoked(set(tps))
         self._assigned -= tps
@@ -299,6 +305,7 @@ class FakeConsumer:
         self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[Any]]:
         self.fetches += 1
+        await self._joined.wait()  # aiokafka's fetched_records: wait_for_assignment() while reassigning, no timeout
         while True:
             out = self._take(partitions, max_records)
             if out:
@@ -373,6 +380,10 @@ class FakeClients:
         self.batch_records = batch_records
         self.producers: list[FakeProducer] = []
         self.producer_error: BaseException | None = None
+        #: While set to an unset event, every producer start (InitProducerId) waits for it.
+        self.start_gate: asyncio.Event | None = None
+        #: Producer starts waiting at the gate now.
+        self.starting = 0
 
     def consumer(self) -> FakeConsumer:
         return self.consumer_
@@ -381,6 +392,12 @@ class FakeClients:
         if self.producer_error is not None:
             raise self.producer_error
         producer = FakeProducer(self.cluster, client_id, self.batch_records, options.get("transactional_id"))
+        if self.start_gate is not None:
+            self.starting += 1
+            try:
+                await self.start_gate.wait()
+            finally:
+                self.starting -= 1
         await producer.start()
         self.producers.append(producer)
         return producer

@@ -189,22 +189,96 @@ async def test_the_size_ladder_survives_the_aborted_windows(
     await h.stop()
 
 
-async def test_revoke_waits_for_the_open_window_then_closes_the_partitions_producer(
+async def test_revoke_ends_the_open_window_at_once_though_the_fetch_waits_for_the_rebalance(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiokafka's fetch waits for the new assignment once a rebalance began, and the rebalance waits for the revoke:
+    the revoke must cut the window's fetch short, not wait revoke_timeout_ms for it."""
+    h = eos(tmp_path, digits_signature, clock, revoke_timeout_ms=5_000)
+    await h.start()
+    h.send(0, [digits_value() for _ in range(4)])
+    await h.until(lambda: len(h.cluster.batches) >= 1)  # written into the open window's transaction
+    revoke = asyncio.ensure_future(h.consumer.revoke({TopicPartition("requests", 0), TopicPartition("requests", 1)}))
+    await h.until(revoke.done)  # no time passes
+    assert h.committed(0) == 4  # the window committed before the partitions went
+    assert "did not finish in time" not in caplog.text
+    await h.stop()
+
+
+async def test_a_rebalance_keeps_the_producers_of_partitions_given_back_and_closes_the_others(
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
 ) -> None:
     h = eos(tmp_path, digits_signature, clock)
     await h.start()
     h.send(0, [digits_value() for _ in range(4)])
     await h.until(lambda: len(h.cluster.batches) >= 1)
-    producer = txn_producer(h, 0)
-    revoke = asyncio.ensure_future(h.consumer.revoke({TopicPartition("requests", 0)}))
-    started = clock()
-    await h.until_in_time(revoke.done, step_ms=10)
-    assert clock() - started <= (h.settings.fetch_timeout_ms + 10) / 1000  # the window ended at its next fetch
-    assert h.committed(0) == 4  # and committed before the partition went
-    assert producer.stopped
+    lost, kept = txn_producer(h, 0), txn_producer(h, 1)
+    await h.consumer.revoke({TopicPartition("requests", 0), TopicPartition("requests", 1)})  # eager: all of them
+    assert h.committed(0) == 4
+    assert not lost.stopped
+    assert not kept.stopped
+    await h.consumer.assign({TopicPartition("requests", 1), TopicPartition("requests", 2)})
+    assert lost.stopped
+    assert not kept.stopped
+    assert txn_producer(h, 1) is kept
+    assert len(h.clients.producers) == 3  # 0 and 1 at the start, 2 now
+    registry = h.metrics.registry
+    assert [
+        registry.get_sample_value("streaminfer_transactional_producers_total", {"event": e})
+        for e in ("kept", "opened", "closed")
+    ] == [1, 3, 1]  # fmt: skip  (opened: 0 and 1 at the start, then 2)
     h.send(1, [digits_value() for _ in range(2)])
-    await h.until_in_time(lambda: h.committed(1) == 2, step_ms=WINDOW_MS)
+    h.send(2, [digits_value() for _ in range(3)])
+    await h.until_in_time(lambda: h.committed(1) == 2 and h.committed(2) == 3, step_ms=WINDOW_MS)
+    assert kept.transactions == ["commit"]
+    await h.stop()
+
+
+async def test_a_kept_producer_fenced_meanwhile_is_replaced_and_its_window_answered_once(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    """Out of the group for a while, this member's partition had another owner, whose producer fenced ours."""
+    h = eos(tmp_path, digits_signature, clock)
+    await h.start(partitions=(0,))
+    tp = TopicPartition("requests", 0)
+    await h.consumer.revoke({tp})
+    kept = txn_producer(h, 0)
+    kept.fenced = True
+    await h.consumer.assign({tp})
+    assert txn_producer(h, 0) is kept
+    h.send(0, [digits_value() for _ in range(3)])
+    await h.until_in_time(lambda: h.committed(0) == 3, step_ms=WINDOW_MS)
+    assert kept.stopped
+    assert txn_producer(h, 0) is not kept
+    assert sorted(source_of(w)[1] for w in h.results()) == [0, 1, 2]
+    await h.stop()
+
+
+async def test_the_new_partitions_producers_start_concurrently(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+    await h.app.start()
+    h.clients.start_gate = asyncio.Event()  # every InitProducerId waits here until released
+    assigning = asyncio.ensure_future(h.consumer.assign({TopicPartition("requests", p) for p in range(3)}))
+    await h.until(lambda: h.clients.starting == 3)  # all three at once, not one after another
+    h.clients.start_gate.set()
+    await h.until(assigning.done)
+    assert h.app.joined
+    await h.stop()
+
+
+async def test_a_producer_that_cannot_start_at_assignment_is_started_by_its_first_window(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+    await h.app.start()
+    h.clients.producer_error = KafkaTimeoutError()  # the transaction coordinator does not answer
+    await h.consumer.assign({TopicPartition("requests", 0)})
+    assert h.app.joined  # the assignment went on
+    h.clients.producer_error = None
+    h.send(0, [digits_value() for _ in range(2)])
+    await h.until_in_time(lambda: h.committed(0) == 2, step_ms=WINDOW_MS)
     await h.stop()
 
 
