@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.process import ConsumerProcess
-from producer_tools.produce import DEFAULT_HELDOUT, digits_requests, interleave, poison_requests, send_all
-from producer_tools.results import collect, print_report
+from producer_tools.produce import DEFAULT_HELDOUT, Outgoing, digits_requests, interleave, poison_requests, send_all
+from producer_tools.results import Report, collect, print_report
 from producer_tools.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +51,26 @@ async def warm_up(bootstrap: str, topics: dict[str, str], heldout: Path, timeout
         raise RuntimeError(f"{len(report.missing)} warm-up records were not answered")
     took_ms = 1000 * (time.monotonic() - started)
     print(f"demo: warm-up: {len(records)} records answered in {took_ms:.0f} ms (cold start, not in the figures)")
+
+
+def demo_records(run_id: str, heldout: Path) -> list[Outgoing]:
+    """The demo's timed records: every held-out digit, with every poison kind interleaved (correlation IDs
+    ``<run_id>-...``)."""
+    return interleave(list(digits_requests(run_id, heldout)), poison_requests(run_id))
+
+
+async def serve_records(
+    bootstrap: str, topics: dict[str, str], records: Sequence[Outgoing], timeout_s: float, progress: bool = True
+) -> Report:
+    """Send ``records`` to the requests topic and wait up to ``timeout_s`` seconds until each one has a result or a
+    dead letter (:func:`producer_tools.results.collect`).
+
+    Raises:
+        aiokafka.errors.KafkaError: a send failed.
+    """
+    await send_all(bootstrap, topics["requests"], records, progress=progress)
+    expected = {r.correlation_id: r.manifest() for r in records}
+    return await collect(bootstrap, topics["results"], topics["dlq"], expected, timeout_s, progress=progress)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,12 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         consumer.start(timeout_s=90)
         asyncio.run(warm_up(args.bootstrap_servers, topics, args.heldout, args.timeout_s))
-        records = interleave(list(digits_requests(run_id, args.heldout)), poison_requests(run_id))
-        asyncio.run(send_all(args.bootstrap_servers, topics["requests"], records))
-        expected = {r.correlation_id: r.manifest() for r in records}
-        report = asyncio.run(
-            collect(args.bootstrap_servers, topics["results"], topics["dlq"], expected, args.timeout_s)
-        )
+        records = demo_records(run_id, args.heldout)
+        report = asyncio.run(serve_records(args.bootstrap_servers, topics, records, args.timeout_s))
         print_report(report, prefix="demo")
         code = 0 if not report.missing and not report.reason_mismatches else 1
     except RuntimeError as exc:
