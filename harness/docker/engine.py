@@ -153,9 +153,9 @@ def attempts(storage_driver: str | None, network: Network | None) -> list[tuple[
 
 
 def _alive(pid: int, name: str) -> bool:
-    """Whether process ``pid`` runs and is ``name`` (not a reused process ID)."""
+    """Whether process ``pid`` runs (a zombie does not) and is ``name`` (not a reused process ID)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() == name
+        return Path(f"/proc/{pid}/comm").read_text().strip() == name and _running(pid)
     except OSError:
         return False
 
@@ -357,8 +357,9 @@ def _terminate(pid: int, state: Path, say: Say) -> list[int]:
 
 
 def engine_processes(state: Path, session: int) -> list[tuple[int, str]]:
-    """(pid, name) of every process that belongs to the engine in ``state``: its command line names the state folder
-    (the managed containerd, the shims) or it is in dockerd's session ``session`` (docker-proxy; 0: none)."""
+    """(pid, name) of every running process (zombies, whose parent has not reaped them yet, are gone already) that
+    belongs to the engine in ``state``: its command line names the state folder (the managed containerd, the shims) or
+    it is in dockerd's session ``session`` (docker-proxy; 0: none)."""
     found = []
     marker = str(state).encode()
     for entry in Path("/proc").iterdir():
@@ -370,7 +371,7 @@ def engine_processes(state: Path, session: int) -> list[tuple[int, str]]:
             name = (entry / "comm").read_text().strip()
         except (OSError, ValueError, IndexError):
             continue
-        if marker in cmdline or (session and sid == session):
+        if (marker in cmdline or (session and sid == session)) and _running(int(entry.name)):
             found.append((int(entry.name), name))
     return found
 
