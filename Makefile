@@ -98,7 +98,7 @@ image-e2e: $(STAMP) $(MODEL) ## the CPU image as the Deployment runs it: SASL_SS
 	$(PY) -m harness.docker serve --image streaminfer:$(IMAGE_TAG)-cpu
 
 test-containers: $(STAMP) $(MODEL) ## end-to-end, order, exactly-once, dead-letter and container tests on testcontainers' broker
-	env -u KAFKA_BOOTSTRAP_SERVERS STREAMINFER_REQUIRE_DOCKER=1 $(PY) -m pytest $(CONTAINER_TESTS) $(PYTEST_ARGS)
+	env -u KAFKA_BOOTSTRAP_SERVERS DOCKER_TESTS_REQUIRED=1 $(PY) -m pytest $(CONTAINER_TESTS) $(PYTEST_ARGS)
 
 k8s: $(STAMP) ## render every overlay (cpu, gpu, cpu-hpa) into build/k8s-*.yaml
 	@mkdir -p build

@@ -7,7 +7,7 @@
 3. :class:`harness.localkafka.LocalBroker` (Apache Kafka's jars via Maven, on the JDK), started for the session.
 
 With ``CI=true`` a broker that cannot be had fails the tests that need one, with the reason; elsewhere they skip.
-``STREAMINFER_REQUIRE_DOCKER=1`` makes the Docker path required: without ``KAFKA_BOOTSTRAP_SERVERS`` the session's
+``DOCKER_TESTS_REQUIRED=1`` makes the Docker path required: without ``KAFKA_BOOTSTRAP_SERVERS`` the session's
 broker must be the container (no fall-back), and the container tests (``docker_engine``) fail instead of skipping
 when no engine answers.
 """
@@ -39,13 +39,13 @@ def _no_broker(reason: str) -> None:
 
 
 #: Set to 1 (``.ci/run``, ``make test-containers``): the Docker path is required, never skipped or replaced.
-REQUIRE_DOCKER = "STREAMINFER_REQUIRE_DOCKER"
+REQUIRE_DOCKER = "DOCKER_TESTS_REQUIRED"
 #: The session's broker container, when the session's broker is one (None otherwise).
 KAFKA_CONTAINER = pytest.StashKey[Any]()
 
 
 def docker_required() -> bool:
-    """Whether ``STREAMINFER_REQUIRE_DOCKER`` asks for the Docker path."""
+    """Whether ``DOCKER_TESTS_REQUIRED`` asks for the Docker path."""
     return os.environ.get(REQUIRE_DOCKER, "").lower() in {"1", "true", "yes"}
 
 
@@ -141,7 +141,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pyte
 @pytest.fixture(scope="session")
 def docker_engine() -> Engine:
     """The Docker engine the container tests use (``DOCKER_HOST``, else ``/var/run/docker.sock``): skipped without
-    one, failed instead with ``STREAMINFER_REQUIRE_DOCKER=1``."""
+    one, failed instead with ``DOCKER_TESTS_REQUIRED=1``."""
     engine = _engine()
     if engine is None:
         _no_docker(

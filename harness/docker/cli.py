@@ -5,7 +5,7 @@ Verbs (exit 0 unless said otherwise; 1 a failure, named in one line; 2 a bad fla
     engine start [--storage-driver overlay2|vfs] [--network bridge|host] [--data-root DIR] [--env]
                     use the engine that answers, or install (Debian's docker.io) and start dockerd here on a socket of
                     its own (harness/docker/engine.py); --env prints `export DOCKER_HOST=...` and
-                    `export STREAMINFER_DOCKER_STARTED=1|0` for `eval` (1: this call started it). Exit 3 when this
+                    `export DOCKER_STARTED_HERE=1|0` for `eval` (1: this call started it). Exit 3 when this
                     machine cannot run an engine (not root, not Debian)
     engine stop     stop the engine started here, its containers and every process of it; one not started here is
                     left alone
@@ -155,7 +155,7 @@ def _engine(args: argparse.Namespace, state: Path) -> int:
                 f"{whose}")  # fmt: skip
         if args.env:
             print(f"export DOCKER_HOST={shlex.quote(found.host)}")
-            print(f"export STREAMINFER_DOCKER_STARTED={1 if found.started_now else 0}")
+            print(f"export DOCKER_STARTED_HERE={1 if found.started_now else 0}")
         else:
             print(found.host)
             if found.host != f"unix://{engines.DEFAULT_SOCKET}":

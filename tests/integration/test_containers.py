@@ -1,7 +1,7 @@
 """The Docker path: testcontainers' apache/kafka broker, and the CPU image against what the manifests assume of it.
 
 These need a Docker engine (``docker_engine``): without one they skip with the reason, with
-``STREAMINFER_REQUIRE_DOCKER=1`` (``.ci/run``, ``make test-containers``) they fail. Where CI's path differs from a
+``DOCKER_TESTS_REQUIRED=1`` (``.ci/run``, ``make test-containers``) they fail. Where CI's path differs from a
 laptop's: the ``apache/kafka`` image is the local stand-in (``make image-kafka``) because no registry is reachable,
 testcontainers' reaper is off for the same reason, and this machine carries ``/.dockerenv``, so testcontainers takes
 itself to be inside a container and reaches published ports at the bridge's gateway rather than ``localhost``.
@@ -93,7 +93,7 @@ def test_the_session_broker_is_the_container_when_docker_is_required(
 
     if not docker_required() or os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         pytest.skip("the session's broker is chosen by KAFKA_BOOTSTRAP_SERVERS, or Docker is not required")
-    assert kafka_container is not None, "STREAMINFER_REQUIRE_DOCKER=1 but the session fell back to another broker"
+    assert kafka_container is not None, "DOCKER_TESTS_REQUIRED=1 but the session fell back to another broker"
     assert kafka_bootstrap == kafka_container.get_bootstrap_server()
 
 

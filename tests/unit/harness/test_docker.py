@@ -207,3 +207,19 @@ def test_a_base_recipe_is_rebuilt_when_its_packages_change() -> None:
 def test_mounts_under_a_fresh_folder_are_none(tmp_path: Path) -> None:
     assert base.mounts_under(tmp_path) == []
     assert "/proc" in base.mounts_under(Path("/proc")) or sys.platform != "linux"
+
+
+def test_ci_and_make_set_no_streaminfer_variable_the_consumer_would_refuse() -> None:
+    """The consumer stops at start-up on a STREAMINFER_* variable that is no setting: a variable of the CI script,
+    the Makefile or the test fixtures with that prefix would stop every consumer the tests start."""
+    from consumer.config import unknown_variables
+
+    sources = [
+        ROOT / ".ci" / "run",
+        ROOT / "Makefile",
+        ROOT / "tests" / "conftest.py",
+        ROOT / "harness" / "docker" / "cli.py",
+    ]
+    names = {m for path in sources for m in re.findall(r"\bSTREAMINFER_[A-Z0-9_]*[A-Z0-9]", path.read_text())}
+    assert names, "the pattern finds the settings these files do mention"
+    assert unknown_variables(dict.fromkeys(names, "1")) == []
