@@ -217,9 +217,19 @@ def locked_names(text: str) -> set[str]:
     return {normalize(m.group(1)) for m in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", text, flags=re.M)}
 
 
+#: Distributions that install the same package folder (``onnxruntime/``): removing one breaks the others' files.
+SHARED_FILES = frozenset({"onnxruntime", "onnxruntime-gpu"})
+
+
 def strays(installed: Iterable[str], locked: set[str]) -> list[str]:
-    """The ``installed`` distributions that ``locked`` does not list and :data:`KEPT` does not keep, sorted."""
-    return sorted({normalize(n) for n in installed} - locked - KEPT)
+    """The ``installed`` distributions that ``locked`` does not list and :data:`KEPT` does not keep, sorted; when one
+    of them is an ONNX Runtime build (:data:`SHARED_FILES`), every installed build is in the list, so that the lock's
+    is installed again afterwards with whole files."""
+    names = {normalize(n) for n in installed}
+    found = names - locked - KEPT
+    if found & SHARED_FILES:
+        found |= names & SHARED_FILES
+    return sorted(found)
 
 
 def sync(name: str, root: Path = ROOT) -> list[str]:

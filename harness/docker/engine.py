@@ -34,7 +34,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -410,19 +410,3 @@ def _tail(log: Path, lines: int = 15) -> str:
 
 def _say(line: str) -> None:
     print(f"docker-engine: {line}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def running(state: Path = DEFAULT_STATE, say: Say | None = None) -> Iterator[Engine]:
-    """An engine for the ``with`` block: the one that answers, or one started here and stopped afterwards, whatever
-    happens (one that was running before is left running).
-
-    Raises:
-        EngineUnavailable, EngineError: as :func:`start`.
-    """
-    engine = start(state, say=say)
-    try:
-        yield engine
-    finally:
-        if engine.started_now:
-            stop(state, say=say)
