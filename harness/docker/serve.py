@@ -70,7 +70,7 @@ class Summary:
     stop_s: float = 0.0
     stop_exit: int | None = None
     wave: int = 0
-    committed_by_first: int = 0
+    committed_by_first: int = 0  # records of the wave the first container answered and committed before exiting
     wave_report: Report | None = None
     second_exit: int | None = None
     committed: int = 0
@@ -172,7 +172,8 @@ def serve(
             "demo records",
         )
         say(summary.report.summary("demo"))
-        before_wave, _ = asyncio.run(
+        # the records before the wave (the group commits them a moment after answering, so the end offsets count)
+        _, before_wave = asyncio.run(
             committed_and_end(broker.bootstrap, plan.env["STREAMINFER_GROUP_ID"], topics["requests"])
         )
 
@@ -189,6 +190,9 @@ def serve(
             committed_and_end(broker.bootstrap, plan.env["STREAMINFER_GROUP_ID"], topics["requests"])
         )
         summary.committed_by_first = committed - before_wave
+        if summary.committed_by_first < 0:
+            missed = -summary.committed_by_first
+            raise ServeError(f"{names[0]} exited 0 without committing {missed} records answered before the wave")
         say(f"{names[0]} stopped in {summary.stop_s:.1f} s with exit 0, {summary.committed_by_first} of the wave's "
             f"{len(wave)} records committed on its way out")  # fmt: skip
 
