@@ -10,22 +10,40 @@ IMAGE_TAG ?= 0.1.0
 FAULTS_ARGS ?=
 BENCH_ARGS ?=
 SOAK_ARGS ?=
+LOCK_ARGS ?=
+BASE_IMAGE ?=
+CONTAINER_TESTS ?= tests/integration/test_end_to_end.py tests/integration/test_order.py \
+	tests/integration/test_exactly_once.py tests/integration/test_dlq.py tests/integration/test_containers.py
 
 .DEFAULT_GOAL := help
-.PHONY: help venv model demo test bench soak faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop registry-start registry-stop clean
+.PHONY: help venv model demo test bench soak faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop \
+	registry-start registry-stop clean lock lock-check docker-engine docker-engine-stop image-kafka image-e2e test-containers
 
 help: ## list the targets
-	@awk -v tag='$(IMAGE_TAG)' 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {gsub(/\$$\(IMAGE_TAG\)/, tag, $$2); printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -v tag='$(IMAGE_TAG)' 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {gsub(/\$$\(IMAGE_TAG\)/, tag, $$2); printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml
+# The venv is made from the lock (locks/dev.txt, exported from uv.lock): exactly those versions, every hash checked,
+# and nothing else (lock sync removes what the lock does not list, e.g. an old onnxruntime-gpu, before installing);
+# a pyproject.toml whose dependencies changed since `make lock` stops here, before anything is installed.
+$(STAMP): pyproject.toml uv.lock locks/dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streaminfer needs Python >= 3.11; set PYTHON=python3.11")'
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,digits,bench,docs]'
+	$(PYTHON) -m harness.lock check
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m harness.lock sync dev
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r locks/dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip check
 	@# harness/ is repository-only (never in the wheel): the dev venv finds it, and tests/, through a .pth file
 	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "streaminfer-repo.pth").write_text(str(pathlib.Path.cwd()))'
 	@touch $@
 
-venv: $(STAMP) ## create .venv and install streaminfer with the dev, digits, bench and docs extras
+venv: $(STAMP) ## create .venv from the lock (locks/dev.txt: the cpu, dev, digits, bench and docs extras)
+
+lock: ## refresh uv.lock and locks/*.txt after a dependency change in pyproject.toml (LOCK_ARGS=--upgrade: newest)
+	$(PYTHON) -m harness.lock refresh $(LOCK_ARGS)
+
+lock-check: $(STAMP) ## the lock agrees with pyproject.toml (uv lock --check; every export regenerates identically)
+	$(PY) -m harness.lock verify
 
 $(MODEL): models/digits/build.py $(STAMP)
 	$(PY) models/digits/build.py
@@ -66,11 +84,26 @@ docs: $(STAMP) ## regenerate docs/settings.md from consumer/config.py, then buil
 	$(PY) scripts/settings_table.py
 	$(VENV)/bin/zensical build --strict
 
-image-cpu: ## build the CPU image streaminfer:$(IMAGE_TAG)-cpu (needs a Docker engine)
-	docker build -f docker/cpu.Dockerfile -t streaminfer:$(IMAGE_TAG)-cpu .
+docker-engine: $(STAMP) ## use the Docker engine that answers, or start one here (docker.io; own socket: prints DOCKER_HOST)
+	$(PY) -m harness.docker engine start
 
-image-gpu: ## build the GPU image streaminfer:$(IMAGE_TAG)-gpu (needs a Docker engine)
-	docker build -f docker/gpu.Dockerfile -t streaminfer:$(IMAGE_TAG)-gpu .
+docker-engine-stop: $(STAMP) ## stop the engine docker-engine started, its containers and processes
+	$(PY) -m harness.docker engine stop
+
+image-cpu: $(STAMP) ## build streaminfer:$(IMAGE_TAG)-cpu (BASE_IMAGE=...; a local Debian base where no registry answers)
+	$(PY) -m harness.docker build cpu --tag streaminfer:$(IMAGE_TAG)-cpu $(if $(BASE_IMAGE),--base $(BASE_IMAGE))
+
+image-gpu: $(STAMP) ## build streaminfer:$(IMAGE_TAG)-gpu (nvidia/cuda, or the local base with CUDA from nvidia-* wheels)
+	$(PY) -m harness.docker build gpu --tag streaminfer:$(IMAGE_TAG)-gpu $(if $(BASE_IMAGE),--base $(BASE_IMAGE))
+
+image-kafka: $(STAMP) ## build apache/kafka:<the local broker's version> from its jars (the tests' Docker broker)
+	$(PY) -m harness.docker kafka-image
+
+image-e2e: $(STAMP) $(MODEL) ## the CPU image as the Deployment runs it: SASL_SSL broker, the demo's records, docker stop
+	$(PY) -m harness.docker serve --image streaminfer:$(IMAGE_TAG)-cpu
+
+test-containers: $(STAMP) $(MODEL) ## end-to-end, order, exactly-once, dead-letter and container tests on testcontainers' broker
+	env -u KAFKA_BOOTSTRAP_SERVERS DOCKER_TESTS_REQUIRED=1 $(PY) -m pytest $(CONTAINER_TESTS) $(PYTEST_ARGS)
 
 k8s: $(STAMP) ## render every overlay (cpu, gpu, cpu-hpa) into build/k8s-*.yaml
 	@mkdir -p build
@@ -90,4 +123,4 @@ registry-stop: ## stop the local schema registry (deleting its schemas)
 	scripts/registry-local stop
 
 clean: ## remove the venv, built models and caches
-	rm -rf $(VENV) models/digits/artifacts models/breast_cancer/artifacts .demo .bench bench-results .pytest_cache .mypy_cache .ruff_cache *.egg-info site
+	rm -rf $(VENV) models/digits/artifacts models/breast_cancer/artifacts .demo .bench bench-results .docker-e2e .pytest_cache .mypy_cache .ruff_cache *.egg-info site

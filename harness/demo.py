@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.process import ConsumerProcess
-from producer_tools.produce import DEFAULT_HELDOUT, digits_requests, interleave, poison_requests, send_all
+from producer_tools.produce import DEFAULT_HELDOUT, Outgoing, digits_requests, interleave, poison_requests, send_all
 from producer_tools.results import Report, collect, print_report
 from producer_tools.topics import ensure_topics
 
@@ -75,6 +75,26 @@ def since_resume(report: Report, resumed_ms: float) -> Report:
     )
 
 
+def demo_records(run_id: str, heldout: Path) -> list[Outgoing]:
+    """The demo's timed records: every held-out digit, with every poison kind interleaved (correlation IDs
+    ``<run_id>-...``)."""
+    return interleave(list(digits_requests(run_id, heldout)), poison_requests(run_id))
+
+
+async def serve_records(
+    bootstrap: str, topics: dict[str, str], records: Sequence[Outgoing], timeout_s: float, progress: bool = True
+) -> Report:
+    """Send ``records`` to the requests topic and wait up to ``timeout_s`` seconds until each one has a result or a
+    dead letter (:func:`producer_tools.results.collect`).
+
+    Raises:
+        aiokafka.errors.KafkaError: a send failed.
+    """
+    await send_all(bootstrap, topics["requests"], records, progress=progress)
+    expected = {r.correlation_id: r.manifest() for r in records}
+    return await collect(bootstrap, topics["results"], topics["dlq"], expected, timeout_s, progress=progress)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; returns the exit code."""
     p = argparse.ArgumentParser(prog="streaminfer-demo", description=__doc__.split("\n\n")[0])
@@ -113,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         consumer.start(timeout_s=90)
         asyncio.run(warm_up(args.bootstrap_servers, topics, args.heldout, args.timeout_s))
-        records = interleave(list(digits_requests(run_id, args.heldout)), poison_requests(run_id))
+        records = demo_records(run_id, args.heldout)
         assert consumer.proc is not None
         consumer.proc.send_signal(signal.SIGSTOP)  # the burst goes on the topic while the consumer is paused
         try:

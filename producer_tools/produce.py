@@ -401,8 +401,13 @@ def input_name(args: argparse.Namespace) -> str:
         return str(args.input_name)
     if args.model_path is None:
         return "input"
-    import onnxruntime as ort
+    from consumer.errors import ModelError
+    from consumer.model.session import import_onnxruntime
 
+    try:
+        ort = import_onnxruntime()
+    except ModelError as exc:
+        raise BadArgument(f"--model-path {args.model_path}: {exc}") from None
     try:
         names = [
             i.name for i in ort.InferenceSession(str(args.model_path), providers=["CPUExecutionProvider"]).get_inputs()

@@ -6,10 +6,12 @@ What runs the session is :class:`consumer.model.runner.OnnxRunner`; this module 
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from consumer.errors import ModelError
@@ -26,6 +28,50 @@ log = logging.getLogger(__name__)
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
+
+#: The distributions that install the ``onnxruntime`` package (they overwrite each other's files).
+RUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-gpu")
+#: What to install when no ONNX Runtime is: pyproject.toml's extras (docs/containers.md, "Which ONNX Runtime").
+RUNTIME_EXTRAS = (
+    "install exactly one of pip install 'streaminfer[cpu]' (ONNX Runtime's CPU build), 'streaminfer[gpu]' (its GPU "
+    "build, with CUDA 13 and cuDNN 9 on the system) or 'streaminfer[cuda]' (the GPU build with CUDA and cuDNN from "
+    "PyPI); the images have one"
+)
+
+
+def installed_runtimes() -> list[str]:
+    """The distributions of :data:`RUNTIME_DISTRIBUTIONS` installed (with their versions, ``name==version``)."""
+    found = []
+    for name in RUNTIME_DISTRIBUTIONS:
+        try:
+            found.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def import_onnxruntime() -> ModuleType:
+    """The ``onnxruntime`` module, imported late (it is heavy, and unit tests with fakes never need it). Two builds
+    installed together are logged as a warning: they share one package folder, the last one installed wins.
+
+    Raises:
+        ModelError: no ONNX Runtime is installed (``pip install streaminfer`` alone has none); the message names the
+            extras that bring one.
+    """
+    try:
+        import onnxruntime as module
+    except ImportError as exc:
+        raise ModelError(f"ONNX Runtime is not installed ({exc}): {RUNTIME_EXTRAS}") from exc
+    both = installed_runtimes()
+    if len(both) > 1:
+        log.warning(
+            "%s are all installed: they write the same onnxruntime package, so the one installed last overwrote the "
+            "others (uninstall them all, then install one extra: cpu, gpu or cuda)",
+            " and ".join(both),
+        )
+    onnxruntime: ModuleType = module
+    return onnxruntime
+
 
 #: settings name -> onnxruntime.GraphOptimizationLevel (a function of the module: onnxruntime is imported late).
 OPTIMIZATION_LEVELS: dict[str, Callable[[Any], Any]] = {
@@ -114,10 +160,8 @@ def open_session(path: Path, options: SessionOptions = SessionOptions()) -> Open
             ``fp16`` is set and CUDA (or TensorRT) is not active.
         ConfigError: ``image_preprocessing`` does not fit the model (:func:`consumer.model.vision.preprocessing`).
     """
-    import onnxruntime as ort  # heavy import, kept off unit tests that use fakes
-
+    ort = import_onnxruntime()
     o = options
-
     available = ort.get_available_providers()
     gpu_wanted = o.execution_provider == "cuda" or o.require_gpu or o.tensorrt or o.fp16
     if o.execution_provider == "cpu":
