@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import shlex
 import shutil
@@ -39,7 +38,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -67,7 +66,7 @@ from harness.localkafka.nodes import (
     server_properties,
     write_private,
 )
-from harness.localkafka.procs import is_broker, wait_gone
+from harness.localkafka.procs import is_broker, state_lock, wait_gone
 from harness.ports import listening, ports_taken
 from producer_tools.topics import ensure_topics
 
@@ -401,24 +400,9 @@ class LocalBroker:
     def _props(self, node_id: int) -> Path:
         return self.state / f"node-{node_id}" / "server.properties"
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Hold ``<state>/lock`` (flock), so two commands never start or stop the same broker at once."""
-        self.state.mkdir(parents=True, exist_ok=True)
-        with (self.state / "lock").open("w") as lock:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise BrokerSetupError(f"another command holds {self.state / 'lock'}") from None
-                    time.sleep(0.1)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        """Hold ``<state>/lock`` (:func:`~harness.localkafka.procs.state_lock`) for a start or a stop."""
+        return state_lock(self.state, BrokerSetupError)
 
     def _clear(self) -> None:
         """Delete what a start made (the record, the nodes' folders, the TLS material), never the classpath cache."""

@@ -1,11 +1,42 @@
-"""The nodes' JVMs as processes: is a pid still that node's JVM, and has it ended (every thread of it)."""
+"""The local servers' JVMs as processes (the broker's nodes, the schema registry): is a pid still that JVM, has it
+ended (every thread of it), and the lock that keeps two commands from starting or stopping one at once."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+#: Longest wait for another command's hold on a state folder, s.
+LOCK_WAIT_S = 120.0
+
+
+@contextlib.contextmanager
+def state_lock(state: Path, error: type[Exception]) -> Iterator[None]:
+    """Hold ``<state>/lock`` (flock), so two commands never start or stop the same server at once.
+
+    Raises:
+        error: another command held it for :data:`LOCK_WAIT_S` (its message names the lock file).
+    """
+    state.mkdir(parents=True, exist_ok=True)
+    with (state / "lock").open("w") as lock:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise error(f"another command holds {state / 'lock'}") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def is_broker(pid: int, props: Path, child: subprocess.Popen[bytes] | None) -> bool:

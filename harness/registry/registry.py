@@ -27,7 +27,6 @@ The methods block (they start a JVM and wait for it); from async code call them 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shlex
@@ -38,13 +37,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from harness.localkafka.procs import wait_gone
+from harness.localkafka.procs import state_lock, wait_gone
 from harness.ports import listening, ports_taken, stable_ports
 from harness.registry.java import RegistrySetupError, app_home, find_registry_java
 
@@ -453,24 +452,9 @@ class LocalRegistry:
             raise RegistrySetupError(f"no registry is started in {self.state} (start one first)")
         return rec
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Hold ``<state>/lock`` (flock), so two commands never change the same registry at once."""
-        self.state.mkdir(parents=True, exist_ok=True)
-        with (self.state / "lock").open("w") as lock:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise RegistrySetupError(f"another command holds {self.state / 'lock'}") from None
-                    time.sleep(0.1)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        """Hold ``<state>/lock`` (:func:`~harness.localkafka.procs.state_lock`) for a change of the registry."""
+        return state_lock(self.state, RegistrySetupError)
 
     def _clear(self) -> None:
         """Delete what a start made (the record, the data, the temporary files), never the log or the cache."""
