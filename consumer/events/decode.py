@@ -94,13 +94,12 @@ class EventDecoder:
             if isinstance(decoded, RecordError):
                 out[i] = decoded
                 continue
-            if clash:
-                taken = next((name for name in clash if name in decoded), None)
-                if taken is not None:
-                    out[i] = ValidationError(
-                        DeadLetterReason.FIELD_CLASH, f"the event has a field {taken!r}, which the result writes"
-                    )
-                    continue
+            if clash and not decoded.keys().isdisjoint(clash):  # a lookup per result field; the culprit named after
+                taken = next(name for name in self._clash if name in decoded)
+                out[i] = ValidationError(
+                    DeadLetterReason.FIELD_CLASH, f"the event has a field {taken!r}, which the result writes"
+                )
+                continue
             events.append(decoded)
             where.append(i)
             schema_of.append(schema_id)
