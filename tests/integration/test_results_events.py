@@ -14,7 +14,8 @@ import pytest
 
 from producer_tools.events import avro_encoder, json_encoder, read_events
 from producer_tools.produce import Outgoing, event_records, send_all
-from producer_tools.results import collect, main, result_reader
+from producer_tools.readers import result_reader
+from producer_tools.results import collect, main
 from tests.integration.conftest import AppFactory
 
 pytestmark = pytest.mark.integration

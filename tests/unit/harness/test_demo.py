@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from harness.demo import since_resume
-from producer_tools.results import Answer, Report
+from producer_tools.readers import Answer
+from producer_tools.results import Report
 
 
 def report_of(appended_ms: list[int], sent_ms: int) -> Report:

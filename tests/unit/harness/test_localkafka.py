@@ -23,7 +23,8 @@ from harness.localkafka.nodes import Recorded, cluster_id, lay_out, server_prope
 from harness.localkafka.procs import is_broker, wait_gone
 from harness.localkafka.tls import make_tls_material
 from harness.ports import listening, ports_taken, stable_ports, stable_windows
-from producer_tools.results import Answer, Report, build_report
+from producer_tools.readers import Answer
+from producer_tools.results import Report, build_report
 
 # ------------------------------------------------------------------------------------------------ java and jars
 

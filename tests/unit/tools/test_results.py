@@ -21,22 +21,17 @@ from consumer.schema import ModelSignature
 from producer_tools.cli import BadArgument
 from producer_tools.events import RegistryUnavailable
 from producer_tools.produce import Outgoing
-from producer_tools.results import (
+from producer_tools.readers import (
     Answer,
     EventFields,
     EventResults,
     OipResults,
     avro_events,
-    build_report,
     event_label,
     event_score,
     json_event,
-    main,
-    parser,
-    read_answer,
-    reader_of,
-    score_matches,
 )
+from producer_tools.results import build_report, main, parser, read_answer, reader_of, score_matches
 
 ROOT = Path(__file__).resolve().parents[3]
 SCHEMA = json.loads((ROOT / "models" / "breast_cancer" / "events.avsc").read_text())
