@@ -34,7 +34,6 @@ server.properties lines), KAFKA_LOCAL_MVN_ARGS (e.g. "-o"), JAVA_HOME.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
 import signal
@@ -48,24 +47,12 @@ from aiokafka.errors import KafkaError
 
 from harness.localkafka.broker import START_TIMEOUT_S, STOP_TIMEOUT_S, LocalBroker
 from harness.localkafka.java import BrokerSetupError, classpath, find_java
+from harness.localkafka.procs import seconds_setting
 from producer_tools.cli import kafka_error_text, quiet_client_logs
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Exit codes of ``status`` (and of ``start`` while paused), as the shell script before this module had them.
 EXIT_NOT_RUNNING, EXIT_PAUSED, EXIT_DEGRADED = 3, 4, 5
-
-
-def _number(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "")
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BrokerSetupError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise BrokerSetupError(f"{name} must be a number of seconds above 0, got {raw!r}")
-    return value
 
 
 def broker_from(args: argparse.Namespace, env: Mapping[str, str]) -> LocalBroker:
@@ -104,8 +91,8 @@ def broker_from(args: argparse.Namespace, env: Mapping[str, str]) -> LocalBroker
         server_props=env.get("KAFKA_LOCAL_SERVER_PROPS", ""),
         heap_opts=env.get("KAFKA_LOCAL_HEAP_OPTS") or None,
         jvm_opts=env.get("KAFKA_LOCAL_JVM_OPTS", ""),
-        start_timeout_s=_number(env, "KAFKA_LOCAL_START_TIMEOUT", START_TIMEOUT_S),
-        stop_timeout_s=_number(env, "KAFKA_LOCAL_STOP_TIMEOUT", STOP_TIMEOUT_S),
+        start_timeout_s=seconds_setting(env, "KAFKA_LOCAL_START_TIMEOUT", START_TIMEOUT_S, BrokerSetupError),
+        stop_timeout_s=seconds_setting(env, "KAFKA_LOCAL_STOP_TIMEOUT", STOP_TIMEOUT_S, BrokerSetupError),
         mvn_args=shlex.split(env.get("KAFKA_LOCAL_MVN_ARGS", "")),
     )
 

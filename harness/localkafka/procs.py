@@ -5,11 +5,32 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+
+def seconds_setting(env: Mapping[str, str], name: str, default: float, error: type[Exception]) -> float:
+    """The number of seconds in variable ``name`` of ``env`` (a time-out of a local server's command line), or
+    ``default`` when it is unset or empty.
+
+    Raises:
+        error: it is not a finite number above 0 (the variable and its value named).
+    """
+    raw = env.get(name, "")
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise error(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise error(f"{name} must be a number of seconds above 0, got {raw!r}")
+    return value
+
 
 #: Longest wait for another command's hold on a state folder, s.
 LOCK_WAIT_S = 120.0

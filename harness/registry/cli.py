@@ -30,32 +30,19 @@ KAFKA_LOCAL_REGISTRY_JVM_OPTS, KAFKA_LOCAL_MVN_ARGS (e.g. "-o").
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from harness.localkafka.procs import seconds_setting
 from harness.registry.java import RegistrySetupError, app_home, default_cache, find_registry_java
 from harness.registry.registry import HEAP_OPTS, START_TIMEOUT_S, STOP_TIMEOUT_S, LocalRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Exit codes of ``status`` (and of ``start`` while one is paused, frozen or exited), as kafka-local's.
 EXIT_NOT_RUNNING, EXIT_PAUSED, EXIT_FROZEN = 3, 4, 5
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "")
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise RegistrySetupError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise RegistrySetupError(f"{name} must be a number of seconds above 0, got {raw!r}")
-    return value
 
 
 def _port(raw: str | int | None, name: str) -> int | None:
@@ -102,8 +89,8 @@ def registry_from(args: argparse.Namespace, env: Mapping[str, str]) -> LocalRegi
         cache=default_cache(env),
         heap_opts=env.get("KAFKA_LOCAL_REGISTRY_HEAP_OPTS") or HEAP_OPTS,
         jvm_opts=env.get("KAFKA_LOCAL_REGISTRY_JVM_OPTS", ""),
-        start_timeout_s=_seconds(env, "KAFKA_LOCAL_REGISTRY_START_TIMEOUT", START_TIMEOUT_S),
-        stop_timeout_s=_seconds(env, "KAFKA_LOCAL_REGISTRY_STOP_TIMEOUT", STOP_TIMEOUT_S),
+        start_timeout_s=seconds_setting(env, "KAFKA_LOCAL_REGISTRY_START_TIMEOUT", START_TIMEOUT_S, RegistrySetupError),
+        stop_timeout_s=seconds_setting(env, "KAFKA_LOCAL_REGISTRY_STOP_TIMEOUT", STOP_TIMEOUT_S, RegistrySetupError),
         mvn_args=shlex.split(env.get("KAFKA_LOCAL_MVN_ARGS", "")),
     )
 
