@@ -2,9 +2,9 @@
 registry.
 
 The registry (``schema_registry_url``) is ``SCHEMA_REGISTRY_URL`` if set, else a :class:`harness.registry.LocalRegistry`
-(Apicurio Registry on a JDK >= 21) started for the session (``local_registry``, also what the tests that stop or
-freeze a registry use). With ``CI=true`` a registry that cannot start fails the tests that need one, with the reason;
-elsewhere they skip.
+(Apicurio Registry on a JDK >= 21) started for the session (``local_registry``); a test that stops or freezes a
+registry starts its own (``own_registry``), so the shared one is never restarted under the others. With ``CI=true``
+a registry that cannot start fails the tests that need one, with the reason; elsewhere they skip.
 """
 
 from __future__ import annotations
@@ -46,6 +46,21 @@ def local_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRe
     """A local Apicurio Registry for this test session (stopped, its schemas deleted, at the end); tests may pause,
     resume, freeze and thaw it, and leave it running."""
     registry = LocalRegistry(tmp_path_factory.mktemp("registry"))
+    try:
+        registry.start(discard_stale=True)
+    except RegistrySetupError as exc:
+        _no_registry(f"the local registry did not start: {exc}")
+    try:
+        yield registry
+    finally:
+        registry.stop()
+
+
+@pytest.fixture
+def own_registry(tmp_path: Path) -> Iterator[LocalRegistry]:
+    """A local registry of this test's own, for a test that stops or freezes it: the session's registry is never
+    restarted under the tests that share it."""
+    registry = LocalRegistry(tmp_path / "registry")
     try:
         registry.start(discard_stale=True)
     except RegistrySetupError as exc:

@@ -221,17 +221,17 @@ async def test_a_registry_stopped_mid_stream_loses_nothing_and_dead_letters_noth
     topics: dict[str, str],
     start_app: AppFactory,
     breast_cancer_model: Path,
-    local_registry: LocalRegistry,
+    own_registry: LocalRegistry,
 ) -> None:
     folder = breast_cancer_model
     events = events_of(folder, 40)
     schema = avsc(folder)
     context = SerializationContext(topics["requests"], MessageField.VALUE)
-    v1 = serializer(local_registry.url, schema)
+    v1 = serializer(own_registry.url, schema)
     app: StreamInferApp = await start_app(
         model_path=folder / "breast_cancer.onnx",
         request_format="avro",
-        schema_registry_url=local_registry.url,
+        schema_registry_url=own_registry.url,
         schema_registry_timeout_ms=1000,
         retry_backoff_ms=100,
         retry_backoff_max_ms=500,
@@ -241,10 +241,10 @@ async def test_a_registry_stopped_mid_stream_loses_nothing_and_dead_letters_noth
     assert len(results) == 10
     # a new schema version, registered while the registry is up, produced while it is down
     v2_schema = dict(schema, fields=[*schema["fields"], {"name": "batch", "type": "string", "default": ""}])
-    v2 = serializer(local_registry.url, v2_schema)
+    v2 = serializer(own_registry.url, v2_schema)
     later = [(e["patient_id"].encode(), v2(dict(e, batch=uuid.uuid4().hex), context)) for e in events[10:30]]
     known = [(e["patient_id"].encode(), v1(e, context)) for e in events[30:]]
-    local_registry.pause()
+    own_registry.pause()
     try:
         await send(kafka_bootstrap, topics["requests"], later)
         for _ in range(100):  # the consumer finds the registry away and holds the new ID's records
@@ -259,7 +259,7 @@ async def test_a_registry_stopped_mid_stream_loses_nothing_and_dead_letters_noth
         await asyncio.sleep(2)
         assert len(await read_all(kafka_bootstrap, topics["dlq"])) == 0
     finally:
-        local_registry.resume()
+        own_registry.resume()
     await send(kafka_bootstrap, topics["requests"], known)
     results, dead = await until_answered(kafka_bootstrap, topics, 40)
     assert dead == []

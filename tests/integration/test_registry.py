@@ -46,8 +46,9 @@ def canonical(schema_str: str) -> str:
 
 
 def client(url: str) -> SchemaRegistryClient:
-    """A fresh client (no cache): every call asks the registry."""
-    return SchemaRegistryClient({"url": url})
+    """A fresh client (no cache): every call asks the registry; a request unanswered for 30 s fails (not the test's
+    whole time limit)."""
+    return SchemaRegistryClient({"url": url, "timeout": 30})
 
 
 def test_confluents_avro_serde_round_trips_a_record_through_the_registry(schema_registry_url: str) -> None:
@@ -91,18 +92,18 @@ def test_registering_is_idempotent_and_ids_are_per_schema(schema_registry_url: s
     assert client(schema_registry_url).register_schema(subject, other) != first
 
 
-def test_a_paused_registry_refuses_then_resumes_with_its_schemas_and_ids(local_registry: LocalRegistry) -> None:
-    url = local_registry.url
+def test_a_paused_registry_refuses_then_resumes_with_its_schemas_and_ids(own_registry: LocalRegistry) -> None:
+    url = own_registry.url
     subject = f"it-{uuid.uuid4().hex[:8]}-value"
     schema_str = SCHEMA_FILE.read_text()
     schema_id = client(url).register_schema(subject, Schema(schema_str, "AVRO"))
-    local_registry.pause()
+    own_registry.pause()
     try:
-        assert local_registry.status() == "paused"
+        assert own_registry.status() == "paused"
         assert http_status(f"{url}/subjects") is None  # refused
     finally:
-        assert local_registry.resume() == url  # same port
-    assert local_registry.status() == "running"
+        assert own_registry.resume() == url  # same port
+    assert own_registry.status() == "running"
     assert canonical(client(url).get_schema(schema_id).schema_str) == canonical(schema_str)
     assert client(url).register_schema(subject, Schema(schema_str, "AVRO")) == schema_id
     assert subject in client(url).get_subjects()
@@ -110,20 +111,20 @@ def test_a_paused_registry_refuses_then_resumes_with_its_schemas_and_ids(local_r
     assert client(url).register_schema(subject + "-new", newer) > schema_id  # IDs go on, never reused
 
 
-def test_a_frozen_registry_hangs_instead_of_refusing(local_registry: LocalRegistry) -> None:
-    url = local_registry.url
-    local_registry.freeze()
+def test_a_frozen_registry_hangs_instead_of_refusing(own_registry: LocalRegistry) -> None:
+    url = own_registry.url
+    own_registry.freeze()
     try:
-        assert local_registry.status() == "frozen"
+        assert own_registry.status() == "frozen"
         assert listening("127.0.0.1", int(url.split(":")[2].split("/")[0]))  # the kernel still accepts
         assert http_status(f"{url}/subjects", timeout_s=1.0) is None  # but nothing answers
     finally:
-        local_registry.thaw()
+        own_registry.thaw()
     assert http_status(f"{url}/subjects") == 200
 
 
-def test_both_interfaces_listen_on_loopback_only(local_registry: LocalRegistry) -> None:
-    rec = local_registry.recorded()
+def test_both_interfaces_listen_on_loopback_only(own_registry: LocalRegistry) -> None:
+    rec = own_registry.recorded()
     assert rec is not None
     assert rec.management_port != 9000  # Quarkus's default, which would also be on 0.0.0.0
     with socket.socket() as control:  # an address on all interfaces is reachable at 127.0.0.2 on this loopback
@@ -134,5 +135,5 @@ def test_both_interfaces_listen_on_loopback_only(local_registry: LocalRegistry) 
     for port in (rec.port, rec.management_port):
         assert listening("127.0.0.1", port)
         assert not listening("127.0.0.2", port), f"port {port} is bound beyond 127.0.0.1"
-    assert http_status(local_registry.health_url) == 200
-    assert "apicurio" in local_registry.log_file.read_text().lower()
+    assert http_status(own_registry.health_url) == 200
+    assert "apicurio" in own_registry.log_file.read_text().lower()
