@@ -142,6 +142,18 @@ def check_avro(events: Sequence[Event], parsed: Any, path: Path) -> None:
             raise BadArgument(f"--source: event {number} does not match --schema {path}: {problems}") from None
 
 
+#: Seconds a schema registry request may go unanswered before it is abandoned and sent again: confluent-kafka's
+#: client retries a transport error (a time-out included) ``max.retries`` times, 3 by default, but without a
+#: ``timeout`` it waits on one unanswered request for ever.
+REGISTRY_TIMEOUT_S = 10.0
+
+
+def registry_config(url: str) -> dict[str, Any]:
+    """The configuration of a confluent-kafka registry client for ``url`` (sync or async): the URL and a request
+    time-out of :data:`REGISTRY_TIMEOUT_S` seconds, so that an unanswered request is retried, never waited on."""
+    return {"url": url, "timeout": REGISTRY_TIMEOUT_S}
+
+
 def avro_encoder(url: str, schema_text: str, topic: str) -> Encoder:
     """Events as Confluent-framed Avro: confluent-kafka's ``AvroSerializer`` (TopicNameStrategy, the schema
     registered under ``<topic>-value`` when absent) with a registry client for ``url`` (``mock://...``:
@@ -150,7 +162,7 @@ def avro_encoder(url: str, schema_text: str, topic: str) -> Encoder:
     The encoder raises :class:`RegistryUnavailable` when the registry cannot be reached or refuses; events must be
     checked first (:func:`check_avro`).
     """
-    serializer = AvroSerializer(SchemaRegistryClient.new_client({"url": url}), schema_text)
+    serializer = AvroSerializer(SchemaRegistryClient.new_client(registry_config(url)), schema_text)
     context = SerializationContext(topic, MessageField.VALUE)
 
     def encode(event: Event) -> bytes:

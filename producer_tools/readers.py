@@ -20,7 +20,7 @@ from consumer.oip.client import decode_response
 from consumer.oip.proto import PROTO_RESPONSE, SELDON_TYPE_HEADER, parse_response
 from consumer.oip.wire import BINARY_HEADER
 from producer_tools.cli import BadArgument
-from producer_tools.events import RegistryUnavailable, field_at
+from producer_tools.events import RegistryUnavailable, field_at, registry_config
 
 #: ``--score-tolerance``'s default, absolute: the float32 sums of a tree ensemble may differ in their last bits with
 #: the batch they ran in.
@@ -227,7 +227,7 @@ def result_reader(
         return EventResults(json_event, fields)
     if registry_url is None:
         raise BadArgument("--schema-registry-url: --format avro needs a schema registry (or set SCHEMA_REGISTRY_URL)")
-    client = AsyncSchemaRegistryClient.new_client({"url": registry_url})
+    client = AsyncSchemaRegistryClient.new_client(registry_config(registry_url))
 
     async def close() -> None:
         closing = getattr(client, "aclose", None)

@@ -25,7 +25,7 @@ from consumer.app import StreamInferApp
 from consumer.errors import ConfigError
 from consumer.events.avro import frame
 from harness.registry import LocalRegistry
-from producer_tools.events import read_events
+from producer_tools.events import read_events, registry_config
 from tests.integration.conftest import AppFactory, read_all
 
 pytestmark = pytest.mark.integration
@@ -150,7 +150,7 @@ async def test_json_events_are_enriched_and_bad_ones_dead_lettered(
 # ------------------------------------------------------------------------------------------------ Avro
 def serializer(url: str, schema: dict[str, Any]) -> AvroSerializer:
     """confluent-kafka's own Avro serializer (TopicNameStrategy, the schema registered when absent)."""
-    return AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(schema))
+    return AvroSerializer(SchemaRegistryClient(registry_config(url)), json.dumps(schema))
 
 
 def avsc(folder: Path) -> dict[str, Any]:
@@ -178,7 +178,9 @@ async def test_avro_events_from_confluents_serializer_are_answered_in_avro_confl
     # a version without a field the model needs: its records are dead-lettered missing_field
     v3_schema = dict(schema, name="Trimmed", fields=[f for f in schema["fields"] if f["name"] != "worst_area"])
     v3 = AvroSerializer(
-        SchemaRegistryClient({"url": schema_registry_url}), json.dumps(v3_schema), conf={"auto.register.schemas": True}
+        SchemaRegistryClient(registry_config(schema_registry_url)),
+        json.dumps(v3_schema),
+        conf={"auto.register.schemas": True},
     )
     trimmed = {k: v for k, v in events[20].items() if k != "worst_area"}
     records.append((b"trimmed", v3(trimmed, SerializationContext(f"{topics['requests']}-trimmed", MessageField.VALUE))))
@@ -205,7 +207,7 @@ async def test_avro_events_from_confluents_serializer_are_answered_in_avro_confl
         b"unknown-id": "unknown_schema_id",
         b"truncated": "invalid_avro",
     }
-    deserializer = AvroDeserializer(SchemaRegistryClient({"url": schema_registry_url}))
+    deserializer = AvroDeserializer(SchemaRegistryClient(registry_config(schema_registry_url)))
     out = SerializationContext(topics["results"], MessageField.VALUE)
     enriched = {r.key.decode(): deserializer(r.value, out) for r in results}
     answered = [e for i, e in enumerate(events) if i != 20 and i != 21]

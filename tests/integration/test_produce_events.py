@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from consumer.oip.wire import CORRELATION_HEADER
 from harness.ports import free_port
+from producer_tools.events import registry_config
 from producer_tools.produce import main
 from producer_tools.topics import ensure_topics
 from tests.integration.conftest import read_all
@@ -74,14 +76,14 @@ async def test_avro_events_read_back_with_confluents_deserializer(
         kafka_bootstrap, breast_cancer_model / "events.jsonl", tmp_path,
         "--format", "avro", "--schema", str(SCHEMA), "--schema-registry-url", schema_registry_url,
     )  # fmt: skip
-    deserializer = AvroDeserializer(SchemaRegistryClient({"url": schema_registry_url}))
+    deserializer = AvroDeserializer(SchemaRegistryClient(registry_config(schema_registry_url)))
 
     def decode(record: Any) -> Any:
         assert record.value[0] == 0  # Confluent's framing
         return deserializer(record.value, SerializationContext(topic, MessageField.VALUE))
 
     check(records, manifest, sent, decode)
-    registered = SchemaRegistryClient({"url": schema_registry_url}).get_latest_version(f"{topic}-value")
+    registered = SchemaRegistryClient(registry_config(schema_registry_url)).get_latest_version(f"{topic}-value")
     assert {int.from_bytes(r.value[1:5], "big") for r in records} == {registered.schema_id}
     assert json.loads(registered.schema.schema_str)["name"] == "BreastCancerEvent"
 
@@ -108,4 +110,31 @@ def test_an_unreachable_registry_is_one_line_exit_1_and_nothing_is_sent(
     assert len(err) == 1
     assert err[0].startswith(f"streaminfer-produce: schema registry at {url}: ")
     assert err[0].endswith("nothing sent")
+    assert not manifest.exists()
+
+
+def test_a_registry_that_never_answers_is_exit_1_not_a_hang(
+    kafka_bootstrap: str,
+    breast_cancer_model: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A registry that accepts connections and never answers (a hung JVM): each request times out after
+    ``REGISTRY_TIMEOUT_S`` (here 0.2 s), confluent-kafka's client sends it again ``max.retries`` times, then the
+    tool gives up with one line; without a time-out it would wait for ever."""
+    monkeypatch.setattr("producer_tools.events.REGISTRY_TIMEOUT_S", 0.2)
+    manifest = tmp_path / "manifest.jsonl"
+    with socket.socket() as silent:  # the kernel completes the handshake; nobody ever reads or writes
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/apis/ccompat/v7"
+        code = main(["--bootstrap-servers", kafka_bootstrap, "--topic", "never-created", "--format", "avro",
+                     "--source", str(breast_cancer_model / "events.jsonl"), "--schema", str(SCHEMA),
+                     "--schema-registry-url", url, "--manifest", str(manifest), "--no-progress"])  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"streaminfer-produce: schema registry at {url}: ")
+    assert "Timeout" in err[0]
     assert not manifest.exists()

@@ -21,6 +21,7 @@ from fastavro.schema import to_parsing_canonical_form
 from harness.ports import listening
 from harness.registry import LocalRegistry
 from harness.registry.registry import http_status
+from producer_tools.events import registry_config
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +49,7 @@ def canonical(schema_str: str) -> str:
 def client(url: str) -> SchemaRegistryClient:
     """A fresh client (no cache): every call asks the registry; a request unanswered for 30 s fails (not the test's
     whole time limit)."""
-    return SchemaRegistryClient({"url": url, "timeout": 30})
+    return SchemaRegistryClient(registry_config(url))
 
 
 def test_confluents_avro_serde_round_trips_a_record_through_the_registry(schema_registry_url: str) -> None:
@@ -74,7 +75,7 @@ async def test_the_async_client_fetches_a_schema_by_id(schema_registry_url: str)
     schema_id = client(schema_registry_url).register_schema(
         f"it-{uuid.uuid4().hex[:8]}-value", Schema(schema_str, "AVRO")
     )
-    async with AsyncSchemaRegistryClient({"url": schema_registry_url}) as async_client:
+    async with AsyncSchemaRegistryClient(registry_config(schema_registry_url)) as async_client:
         fetched = await async_client.get_schema(schema_id)
     assert fetched.schema_type == "AVRO"
     assert canonical(fetched.schema_str) == canonical(schema_str)
