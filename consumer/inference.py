@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from consumer import fate
 from consumer.errors import DeadLetterReason, InferenceError, RecordError
 from consumer.events.enrich import EnrichedAnswers
 from consumer.model.buffers import BatchBuffers
-from consumer.model.runner import OnnxRunner, non_finite_outputs, split
+from consumer.model.runner import OnnxRunner, split
 from consumer.model.sequence import CPU_BUCKETS, GPU_BUCKETS, bucket, length_buckets
 from consumer.model.session import CPU
 from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
@@ -169,7 +170,8 @@ class BatchRunner:
                     outputs = await loop.run_in_executor(self._executor, self.runner.run, feeds, rows)
                 break
             except InferenceError as err:
-                if err.transient is not None and attempt < self._retries:
+                action = fate.of_inference(err, attempt, self._retries, alone=len(batch) == 1)
+                if action is fate.Action.RETRY:
                     # The same batch again: its records keep their place (answers are published in offset order).
                     delay = self._backoff.delay(attempt)
                     log.warning("inference failed transiently (%s), retry %d of %d in %.2f s: %s",
@@ -179,7 +181,7 @@ class BatchRunner:
                     await self._sleep(delay)
                     ran = self._clock()
                     continue
-                if len(batch) == 1:
+                if action is fate.Action.DEAD_LETTER:
                     batch[0].error = err
                     log.warning("inference failed for correlation_id=%s: %s", loggable(batch[0].correlation_id), err)
                     return
@@ -240,11 +242,9 @@ class BatchRunner:
         parts = split(outputs, [r.rows for r in requests], signature.whole_outputs)
         for work, request, part in zip(batch, requests, parts, strict=True):
             chosen = [(n, self._unpad(n, part[n], length, request.length)) for n in (request.outputs or names)]
-            bad = non_finite_outputs(dict(chosen))
-            if bad:
-                work.error = InferenceError(
-                    DeadLetterReason.NON_FINITE_OUTPUT, f"outputs {bad} hold NaN or Inf for this record"
-                )
+            bad = non_finite(chosen, [request.rows], signature.whole_outputs)
+            if bad is not None:
+                work.error = non_finite_error(bad[0])
                 continue
             response_id = work.correlation_id.decode("utf-8", "backslashreplace")
             try:
@@ -271,41 +271,14 @@ class BatchRunner:
         else:
             ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in batch]
             results = self._encoder.encode(ids, rows, chosen)
-        bad_rows = None
-        whole = self.runner.signature.whole_outputs
-        total = sum(rows)
-        for name, arr in chosen:
-            if floating(arr.dtype):
-                if name in whole:  # no batch axis: NaN in it spoils every response
-                    finite = np.full(total, bool(np.isfinite(arr).all()))
-                else:
-                    finite = np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
-                if not bool(finite.all()):
-                    bad_rows = ~finite if bad_rows is None else bad_rows | ~finite
-        if bad_rows is None:
-            for work, result in zip(batch, results, strict=True):
-                if isinstance(result, RecordError):  # the enriched encoder's
-                    work.error = result
-                else:
-                    work.result = result
-            return
-        start = 0
-        for work, n, result in zip(batch, rows, results, strict=True):
-            if bool(bad_rows[start : start + n].any()):
-                names = [
-                    name
-                    for name, arr in chosen
-                    if floating(arr.dtype)
-                    and not bool(np.isfinite(arr if name in whole else arr[start : start + n]).all())
-                ]
-                work.error = InferenceError(
-                    DeadLetterReason.NON_FINITE_OUTPUT, f"outputs {names} hold NaN or Inf for this record"
-                )
-            elif isinstance(result, RecordError):
+        bad = non_finite(chosen, rows, self.runner.signature.whole_outputs)
+        for i, (work, result) in enumerate(zip(batch, results, strict=True)):
+            if bad is not None and bad[i]:
+                work.error = non_finite_error(bad[i])
+            elif isinstance(result, RecordError):  # the enriched encoder's
                 work.error = result
             else:
                 work.result = result
-            start += n
 
     def _unpad(self, name: str, arr: Any, padded: int, length: int) -> Any:
         """A per-token output (axis 1 dynamic in the graph and equal to the padded length, e.g. token embeddings
@@ -313,6 +286,53 @@ class BatchRunner:
         if not padded or length >= padded or arr.ndim < 2 or arr.shape[1] != padded:
             return arr
         return arr[:, :length] if name in self._per_token else arr
+
+
+def non_finite(
+    outputs: Sequence[tuple[str, np.ndarray]], rows: Sequence[int], whole: Collection[str]
+) -> list[list[str]] | None:
+    """Which float outputs (bfloat16 included) hold NaN or Inf, per request: JSON cannot carry them.
+
+    Args:
+        outputs: (name, array) of a batch: ``[sum(rows), ...]``, or the model's own shape for a name in ``whole``
+            (no batch axis: NaN in it spoils every request).
+        rows: each request's rows, in order.
+
+    Returns:
+        None when every value is finite (one vectorised check per output); else per request the names of its
+        outputs that are not (an empty list for a request whose outputs are finite).
+    """
+    total = sum(rows)
+    bad_rows: np.ndarray | None = None
+    for name, arr in outputs:
+        if floating(arr.dtype):
+            if name in whole:
+                finite = np.full(total, bool(np.isfinite(arr).all()))
+            else:
+                finite = np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+            if not bool(finite.all()):
+                bad_rows = ~finite if bad_rows is None else bad_rows | ~finite
+    if bad_rows is None:
+        return None
+    named: list[list[str]] = []
+    start = 0
+    for n in rows:
+        named.append(
+            [
+                name
+                for name, arr in outputs
+                if floating(arr.dtype)
+                and bool(bad_rows[start : start + n].any())
+                and not bool(np.isfinite(arr if name in whole else arr[start : start + n]).all())
+            ]
+        )
+        start += n
+    return named
+
+
+def non_finite_error(names: Sequence[str]) -> InferenceError:
+    """The ``non_finite_output`` dead-letter error of a record whose outputs ``names`` hold NaN or Inf."""
+    return InferenceError(DeadLetterReason.NON_FINITE_OUTPUT, f"outputs {list(names)} hold NaN or Inf for this record")
 
 
 def _block_runs(requests: Sequence[DecodedRequest]) -> list[tuple[Mapping[str, np.ndarray], int, int]] | None:

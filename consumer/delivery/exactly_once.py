@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from itertools import groupby
 
 from aiokafka import TopicPartition
-from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, KafkaError, ProducerClosed, ProducerFenced
+from aiokafka.errors import IllegalOperation, KafkaError
 
+from consumer import fate
 from consumer.budget import InFlight
 from consumer.delivery.publisher import Sent
 from consumer.delivery.stages import Stages, backoff
 from consumer.delivery.transactions import PartitionTransactions
-from consumer.errors import BROKEN_PRODUCER, TOO_LARGE
 from consumer.kafka.clients import ProducerClient
 from consumer.kafka.source import Fetched
 from consumer.work import Work
@@ -228,18 +228,17 @@ class ExactlyOnce:
                 if self._abandon.is_set():
                     raise Abandoned()
                 raise StuckTransaction(f"the transaction did not finish within {self._limit_s:.0f} s")
-        except (ProducerFenced, InvalidProducerEpoch, IllegalOperation, ProducerClosed, Abandoned) as exc:
-            # IllegalOperation: aiokafka's answer to sends after its producer was fenced (not a KafkaError).
-            # Another producer with this transactional.id exists: the partition's new owner (we are about to be
-            # revoked) or a restarted instance; or a revoke gave up waiting for this window and closed it (sends on a
-            # closed producer: ProducerClosed; there is nothing to abort). Nothing of this window became visible; if
-            # the partition is still ours, rewind so a fresh producer answers it.
-            log.warning("producer of %s fenced or closed: %r", tp, exc)
-            if txn.producer is not None:
-                await self.txns.discard(tp, txn.producer)
-            st.source.rewind(tp, first)
-            return
-        except KafkaError as exc:
+        except (*fate.FENCED, Abandoned, KafkaError) as exc:
+            if isinstance(exc, Abandoned) or fate.of_transaction(exc) is fate.Action.DROP:
+                # Another producer with this transactional.id exists: the partition's new owner (we are about to be
+                # revoked) or a restarted instance; or a revoke gave up waiting for this window and closed it (sends
+                # on a closed producer: ProducerClosed; there is nothing to abort). Nothing of this window became
+                # visible; if the partition is still ours, rewind so a fresh producer answers it.
+                log.warning("producer of %s fenced or closed: %r", tp, exc)
+                if txn.producer is not None:
+                    await self.txns.discard(tp, txn.producer)
+                st.source.rewind(tp, first)
+                return
             log.warning("transaction for %s failed, aborting and re-reading %d records: %r", tp, len(works), exc)
             st.metrics.produce_retries.inc(len(works))
             st.metrics.retries.labels("produce", type(exc).__name__).inc(len(works))
@@ -275,7 +274,7 @@ class ExactlyOnce:
             if error is None:
                 continue
             failure = failure or error
-            if isinstance(error, TOO_LARGE):
+            if fate.of_write(error) is fate.Action.SIZE_LADDER:
                 for work in sent.works:
                     st.writer.ladder.refused(work, error)
         if failure is not None:
@@ -294,7 +293,7 @@ class ExactlyOnce:
         if producer is None:
             return  # it never opened: nothing to abort
         try:
-            if isinstance(exc, (*BROKEN_PRODUCER, StuckTransaction)):
+            if isinstance(exc, StuckTransaction) or fate.needs_new_producer(exc):
                 raise exc
             if not await self._stages.within(producer.abort_transaction(), self._limit_s):
                 raise StuckTransaction(f"the abort did not finish within {self._limit_s:.0f} s")

@@ -36,7 +36,8 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from consumer.errors import BROKEN_PRODUCER, TOO_LARGE, DeadLetterReason, NotSentError, RecordError
+from consumer import fate
+from consumer.errors import TOO_LARGE, DeadLetterReason, NotSentError, RecordError
 from consumer.kafka.clients import BatchLike, Clients, ProducerClient
 from consumer.kafka.partitioner import partitions_for_keys
 from consumer.oip.records import AnswerRecord, AnswerRecords
@@ -479,14 +480,15 @@ class Publisher:
             if error is None:
                 continue
             failed += len(entry.works)
-            if not isinstance(error, NotSentError):
+            action = fate.of_write(error)
+            if action is not fate.Action.RESEND:
                 self._metrics.retries.labels("produce", type(error).__name__).inc(len(entry.works))
-            if isinstance(error, BROKEN_PRODUCER) and broken is None:
+            if fate.needs_new_producer(error) and broken is None:
                 broken = error
-            if isinstance(error, TOO_LARGE):
+            if action is fate.Action.SIZE_LADDER:
                 for work in entry.works:
                     self._writer.ladder.refused(work, error)
-            elif not isinstance(error, NotSentError):
+            elif action is not fate.Action.RESEND:
                 log.warning(
                     "write of %d answers to %s failed, retrying: %r", len(entry.works), entry.destination, error
                 )

@@ -33,6 +33,7 @@ import httpx2
 from confluent_kafka.schema_registry import RegisteredSchema, Schema
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from consumer import fate
 from consumer.config import Settings
 from consumer.errors import ConfigError, DeadLetterReason, ModelError, RecordError, ValidationError
 from consumer.events import avro
@@ -44,8 +45,6 @@ log = logging.getLogger(__name__)
 
 #: An ID the registry did not know is asked for again after this long, s.
 UNKNOWN_TTL_S = 60.0
-#: HTTP statuses that mean "not answering now" rather than "no".
-_UNAVAILABLE = frozenset({408, 429})
 #: What a connection that fails raises (httpx2 is the HTTP client of confluent-kafka's registry client).
 _TRANSPORT_ERRORS = (httpx2.TransportError, OSError, TimeoutError)
 
@@ -235,7 +234,7 @@ class Schemas:
                 schema = await self._call(lambda: self._client.get_schema(schema_id), idle)
                 break
             except _Unknown:
-                if attempt >= self._unknown_retries:
+                if fate.bounded(attempt, self._unknown_retries, fate.Action.DEAD_LETTER) is fate.Action.DEAD_LETTER:
                     log.warning("schema ID %d is unknown to the schema registry (asked %d times): its records are "
                                 "dead-lettered unknown_schema_id", schema_id, attempt + 1)  # fmt: skip
                     self._unknown[schema_id] = self._clock() + UNKNOWN_TTL_S
@@ -295,12 +294,13 @@ class Schemas:
             try:
                 answer = await request()
             except SchemaRegistryError as exc:
-                if exc.http_status_code == 404:
+                action = fate.of_registry(exc.http_status_code)
+                if action is fate.Action.RETRY:  # 404: an unknown ID, asked again by the caller
                     self._answered()
                     if missing_ok:
                         return None
                     raise _Unknown from None
-                if exc.http_status_code < 500 and exc.http_status_code not in _UNAVAILABLE:
+                if action is not fate.Action.WAIT:
                     self._answered()
                     raise
                 self._unanswered(exc)
