@@ -16,7 +16,7 @@ it along each arrow, and the fields that show each state::
     answered: at_least_once: delivery.publisher.Publisher.answered sets ``answered``; the answer is written once
        |      every earlier record of its partition is answered too (``order``: :class:`PartitionOrder`).
        |      exactly_once: the window writes a fetched chunk, in offset order, once all its micro-batches ran
-       +--delivery.publisher.SizeLadder--> still answered, rewritten: ``solo`` (sent alone), then error
+       +--answers.ladder.SizeLadder-->   still answered, rewritten: ``solo`` (sent alone), then error
        |                                   result_too_large with ``reduced`` (the reduced dead letter)
        v
     acknowledged: the broker acknowledged its result or dead letter (``acked``; exactly_once: its transaction

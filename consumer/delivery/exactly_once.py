@@ -35,9 +35,9 @@ from aiokafka.errors import IllegalOperation, KafkaError
 
 from consumer import fate
 from consumer.budget import InFlight
-from consumer.delivery.publisher import Sent
 from consumer.delivery.stages import Stages, backoff
 from consumer.delivery.transactions import PartitionTransactions
+from consumer.delivery.writer import Sent
 from consumer.kafka.clients import ProducerClient
 from consumer.kafka.source import Fetched
 from consumer.work import Work
@@ -142,7 +142,7 @@ class ExactlyOnce:
             if not fetched and not transactions:
                 return  # nothing open: let a rebalance or a stop in between windows
             if fetched:
-                works = self._mine(await st.intake.decode(fetched, st.tracker, st.source.hold))
+                works = st.mine(await st.intake.decode(fetched, st.tracker, st.source.hold))
                 for work in works:
                     st.writer.ladder.resume(work)
                 self.held.add(works)
@@ -169,16 +169,6 @@ class ExactlyOnce:
                 fetch.cancel()
             await asyncio.gather(fetch, return_exceptions=True)
         return fetch.result() if not fetch.cancelled() else {}
-
-    def _mine(self, works: list[Work]) -> list[Work]:
-        """Drop the records of partitions revoked while the chunk was decoded."""
-        st = self._stages
-        assigned = st.source.consumer.assignment()
-        stale = {w.tp for w in works} - assigned
-        if not stale:
-            return works
-        st.tracker.forget(stale)
-        return [w for w in works if w.tp in assigned]
 
     async def _answer(self, works: list[Work]) -> None:
         """Run every request of a chunk, micro-batch after micro-batch."""
@@ -248,10 +238,7 @@ class ExactlyOnce:
             return
         finally:
             st.metrics.stage_seconds.labels("commit").inc(st.clock() - started)
-        for work in works:
-            work.offsets.done(work.record.offset)
-        st.acknowledged(works)
-        st.writer.ladder.forget(works)
+        st.done(works)
         st.tracker.mark_committed({tp: next_offset})
         st.metrics.commits.inc()
         st.progress.mark()
@@ -274,9 +261,7 @@ class ExactlyOnce:
             if error is None:
                 continue
             failure = failure or error
-            if fate.of_write(error) is fate.Action.SIZE_LADDER:
-                for work in sent.works:
-                    st.writer.ladder.refused(work, error)
+            st.writer.judge(sent.works, error)  # a too-large refusal climbs the ladder
         if failure is not None:
             raise failure
         try:
