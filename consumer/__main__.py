@@ -23,11 +23,11 @@ import numpy as np
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
+from consumer.answers.enrich import check_enriched
 from consumer.app import StreamInferApp
 from consumer.budget import budget_problem, memory_limit_bytes
 from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError, RecordError
-from consumer.events.enrich import check_enriched
 from consumer.events.mapping import load_mapping
 from consumer.kafka.security import secret_values
 from consumer.model.runner import OnnxRunner, describe, warmup_plan

@@ -44,8 +44,9 @@ class DeadLetterReason(StrEnum):
 
     The value is written to the dead letter's ``streaminfer.error.reason`` header (the readable message and the
     exception class go to Kafka Connect's ``__connect.errors.exception.message`` and ``.class.name``:
-    :mod:`consumer.oip.records`). New reasons are added here and in the reasons table of docs/record-contract.md, which
-    names the function that assigns each (a doc test checks both).
+    :mod:`consumer.answers.records`). New reasons are added here, with their action in :data:`consumer.fate.REASONS`,
+    and in the reasons table of docs/record-contract.md, which names the function that assigns each (a doc test
+    checks all three).
     """
 
     INVALID_JSON = "invalid_json"

@@ -76,7 +76,7 @@ class Event:
         fields: the event as decoded (a JSON object, or the Avro record as fastavro reads it with logical types
             left raw: :mod:`consumer.events.avro`).
         raw: the event's own bytes: the JSON object (a registry's frame left out), or the Avro datum after the
-            frame; an enriched result is spliced from them (:mod:`consumer.events.enrich`).
+            frame; an enriched result is spliced from them (:mod:`consumer.answers.enrich`).
         schema_id: Avro: the writer schema's ID in the registry; None for JSON.
     """
 

@@ -43,8 +43,8 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
-from consumer.errors import DeadLetterReason
-from consumer.oip.records import (
+from consumer.answers.headers import CORRELATION_HEADER
+from consumer.answers.records import (
     FIRST_OFFSET_HEADER,
     OFFSET_HEADER,
     PARTITION_HEADER,
@@ -52,7 +52,7 @@ from consumer.oip.records import (
     TOPIC_HEADER,
     VALUE_DROPPED_HEADER,
 )
-from consumer.oip.wire import CORRELATION_HEADER
+from consumer.errors import DeadLetterReason
 from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.topics import TopicMissingError
 

@@ -45,8 +45,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
+from consumer.answers.headers import CORRELATION_HEADER
 from consumer.oip.client import encode_request, encode_request_binary
-from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
+from consumer.oip.wire import BINARY_HEADER
 from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.events import (
     EXPECTATION_FIELDS,

@@ -41,8 +41,8 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
-from consumer.oip.records import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
-from consumer.oip.wire import CORRELATION_HEADER
+from consumer.answers.headers import CORRELATION_HEADER
+from consumer.answers.records import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
 from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.events import RegistryUnavailable
 from producer_tools.readers import (

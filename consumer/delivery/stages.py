@@ -11,12 +11,14 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from confluent_kafka.schema_registry import AsyncSchemaRegistryClient
 
+from consumer.answers.enrich import EnrichedAnswers
 from consumer.answers.ladder import SizeLadder
+from consumer.answers.outputs import Answers
+from consumer.answers.records import AnswerRecords
 from consumer.batcher import MicroBatcher
 from consumer.config import Settings
 from consumer.delivery.writer import AnswerWriter, count_answers
 from consumer.events.decode import EventDecoder
-from consumer.events.enrich import EnrichedAnswers
 from consumer.events.mapping import InputMapping, load_mapping
 from consumer.events.registry import Schemas, client_config, value_subject
 from consumer.inference import BatchRunner
@@ -27,7 +29,6 @@ from consumer.model.runner import OnnxRunner
 from consumer.model.sequence import TextEncoder
 from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
-from consumer.oip.records import AnswerRecords
 from consumer.ops.metrics import Metrics
 from consumer.ops.progress import Progress
 from consumer.ops.tracing import Tracing
@@ -238,7 +239,7 @@ def build_stages(
             backoff=backoff(s),
             sleep=sleep,
             tracing=tracing,
-            enriched=enriched,
+            answers=Answers(runner.signature, enriched),
         ),
         writer=writer,
         tracker=tracker,

@@ -20,10 +20,10 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from consumer import fate
 from consumer.answers.ladder import SizeLadder, shrink
+from consumer.answers.records import AnswerRecord, AnswerRecords
 from consumer.errors import TOO_LARGE, NotSentError
 from consumer.kafka.clients import BatchLike, ProducerClient
 from consumer.kafka.partitioner import partitions_for_keys
-from consumer.oip.records import AnswerRecord, AnswerRecords
 from consumer.ops.metrics import Metrics
 from consumer.work import Work, loggable
 

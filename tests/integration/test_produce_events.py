@@ -17,7 +17,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from consumer.oip.wire import CORRELATION_HEADER
+from consumer.answers.headers import CORRELATION_HEADER
 from harness.ports import free_port
 from producer_tools.events import registry_config
 from producer_tools.produce import main

@@ -36,7 +36,7 @@ is its last) and gets::
     streaminfer.error.unpacked_bytes_over   the cap it passed (it unpacks to more), bytes
 
 Enriched results (events, ``result_format=enrich``): key = the request's key; value = the event with the model's
-outputs (:mod:`consumer.events.enrich`); headers = the request's own, in order, but for the registry serializers'
+outputs (:mod:`consumer.answers.enrich`); headers = the request's own, in order, but for the registry serializers'
 ``__key_schema_id`` / ``__value_schema_id`` (a reader would decode the result with the request's schema) and the
 two below, which come first::
 
@@ -52,10 +52,11 @@ Records are only built here; :mod:`consumer.delivery.publisher` appends them to 
 
 from __future__ import annotations
 
+from consumer.answers.headers import CORRELATION_HEADER
 from consumer.errors import DeadLetterReason, RecordError
 from consumer.kafka.unpack import Dropped
 from consumer.oip.proto import answer_headers
-from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
+from consumer.oip.wire import BINARY_HEADER
 from consumer.ops.tracing import TRACE_CONTEXT_HEADERS
 from consumer.work import RecordLike, Work
 
