@@ -156,12 +156,12 @@ class AnswerWriter:
         """
         by_topic: dict[str, list[int]] = {}
         for i, answer in enumerate(answers):
-            by_topic.setdefault(answer[0], []).append(i)
+            by_topic.setdefault(answer.topic, []).append(i)
         out: list[tuple[str, int]] = [("", 0)] * len(answers)
         for topic, index in by_topic.items():
             partitions = sorted(await producer.partitions_for(topic))
             for i, partition in zip(
-                index, partitions_for_keys([answers[i][1] for i in index], partitions), strict=True
+                index, partitions_for_keys([answers[i].key for i in index], partitions), strict=True
             ):
                 out[i] = (topic, partition)
         return out
@@ -170,9 +170,11 @@ class AnswerWriter:
         """The answer's record, shrunk (result -> dead letter -> reduced) while the client would refuse it."""
         while True:
             answer = self.records.of(work)
-            if work.reduced or self.ladder.fits(answer[1], answer[2], answer[3]):
+            if work.reduced or self.ladder.fits(answer.key, answer.value, answer.headers):
                 return answer
-            shrink(work, MessageSizeTooLargeError(f"{len(answer[2] or b'')} bytes exceed producer_max_request_bytes"))
+            shrink(
+                work, MessageSizeTooLargeError(f"{len(answer.value or b'')} bytes exceed producer_max_request_bytes")
+            )
 
     async def _flush(
         self, producer: ProducerClient, open_batches: dict[tuple[str, int], _Open], sent: list[Sent]
