@@ -53,6 +53,7 @@ from producer_tools.readers import (
     ResultReader,
     result_reader,
 )
+from producer_tools.security import add_security, security_of
 
 #: ``--format``: what a result's value holds (an OIP response, or an enriched event as JSON or registry Avro).
 FORMATS = ("oip", "json", "avro")
@@ -189,13 +190,15 @@ async def collect(
     settle_s: float = 0.0,
     reader: ResultReader | None = None,
     score_tolerance: float | None = None,
+    security: Mapping[str, Any] | None = None,
 ) -> Report:
     """Read answers for ``expected`` (correlation ID -> manifest entry) until all arrived or ``timeout_s``.
 
     Answers whose correlation ID is not in ``expected`` (earlier runs) are skipped. ``isolation_level``
     ``read_committed`` hides answers of aborted transactions (exactly-once mode). ``settle_s`` keeps reading
     that long after the last expected answer, so late duplicates are counted. ``reader`` reads each first result
-    (default: OIP responses; it is closed at the end); ``score_tolerance`` defaults to the reader's.
+    (default: OIP responses; it is closed at the end); ``score_tolerance`` defaults to the reader's. ``security``:
+    aiokafka's TLS/SASL keyword arguments (:meth:`producer_tools.security.ClientSecurity.kwargs`).
 
     Raises:
         aiokafka.errors.KafkaError: the broker cannot be reached.
@@ -206,6 +209,7 @@ async def collect(
         fields = getattr(reader, "fields", None)
         score_tolerance = fields.score_tolerance if isinstance(fields, EventFields) else DEFAULT_SCORE_TOLERANCE
     consumer = AIOKafkaConsumer(
+        **(security or {}),
         bootstrap_servers=bootstrap_servers,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -394,6 +398,7 @@ def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = argparse.ArgumentParser(prog="streaminfer-results", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
+    add_security(p)
     p.add_argument("--results-topic", default="results")
     p.add_argument("--dead-letter-topic", default="requests.dlq")
     p.add_argument("--manifest", type=Path, required=True, help="JSONL written by streaminfer-produce --manifest")
@@ -487,6 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"streaminfer-results: --manifest {args.manifest}: {exc}", file=sys.stderr)
         return 2
     try:
+        security = security_of(args, os.environ).kwargs()
         reader = reader_of(args, os.environ)
     except BadArgument as exc:
         print(f"streaminfer-results: {exc}", file=sys.stderr)
@@ -503,6 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 isolation_level=args.isolation_level,
                 settle_s=2.0,
                 reader=reader,
+                security=security,
             )
         )
     except KafkaError as exc:

@@ -4,6 +4,8 @@ check that a topic exists before the tools write to it (brokers that create no t
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -36,16 +38,19 @@ async def ensure_topics(
     partitions: dict[str, int],
     replication_factor: int = 1,
     configs: dict[str, dict[str, str]] | None = None,
+    *,
+    security: Mapping[str, Any] | None = None,
 ) -> None:
     """Create each topic in ``partitions`` (name -> partition count) unless it exists.
 
     ``configs`` gives per-topic configs (e.g. ``message.timestamp.type=LogAppendTime`` for the results topic,
-    so a result's timestamp is the broker's append time).
+    so a result's timestamp is the broker's append time). ``security``: aiokafka's TLS/SASL keyword arguments
+    (:meth:`producer_tools.security.ClientSecurity.kwargs`).
 
     Raises:
         aiokafka.errors.KafkaError: the broker refused for another reason than "already exists".
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="streaminfer-admin")
+    admin = AIOKafkaAdminClient(**(security or {}), bootstrap_servers=bootstrap_servers, client_id="streaminfer-admin")
     await admin.start()
     try:
         existing = set(await admin.list_topics())
