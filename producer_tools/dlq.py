@@ -31,7 +31,7 @@ import hashlib
 import os
 import sys
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -54,8 +54,8 @@ from consumer.oip.records import (
     VALUE_DROPPED_HEADER,
 )
 from consumer.oip.wire import CORRELATION_HEADER
-from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
-from producer_tools.security import add_security, security_of
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.security import Security, add_security, security_of
 from producer_tools.topics import TopicMissingError
 
 #: Header counting how often a request was replayed from the dead-letter topic (decimal text).
@@ -235,7 +235,7 @@ async def read(
     topic: str,
     progress: bool,
     ends: dict[TopicPartition, int] | None = None,
-    security: Mapping[str, Any] | None = None,
+    security: Security = None,
 ) -> AsyncIterator[DeadLetter]:
     """Every dead letter of ``topic`` from the consumer's positions (its group's committed offsets, else the
     earliest) up to the end offsets when the read began (written into ``ends``: what a reader in a group commits
@@ -269,7 +269,7 @@ async def read(
                     left.pop(tp, None)
 
 
-async def partitions_of(bootstrap_servers: str, topic: str, security: Mapping[str, Any] | None = None) -> set[int]:
+async def partitions_of(bootstrap_servers: str, topic: str, security: Security = None) -> set[int]:
     """``topic``'s partitions. The consumer's own metadata covers only topics it subscribed to, and a group
     subscription would rebalance, so the partitions are asked of the cluster (the admin client's metadata request).
 
@@ -289,9 +289,7 @@ async def partitions_of(bootstrap_servers: str, topic: str, security: Mapping[st
     return {int(p["partition"]) for p in found[0]["partitions"]}
 
 
-def consumer_for(
-    bootstrap_servers: str, group: str | None = None, security: Mapping[str, Any] | None = None
-) -> AIOKafkaConsumer:
+def consumer_for(bootstrap_servers: str, group: str | None = None, security: Security = None) -> AIOKafkaConsumer:
     """A reader of the dead-letter topic: no auto commit; in ``group`` (replay) or in none (summary, show).
     ``read_committed``: dead letters of an aborted exactly_once transaction were never delivered. ``security``:
     aiokafka's TLS/SASL keyword arguments (:meth:`producer_tools.security.ClientSecurity.kwargs`)."""
@@ -306,9 +304,7 @@ def consumer_for(
     )
 
 
-async def selected(
-    args: argparse.Namespace, chosen: Selection, security: Mapping[str, Any] | None = None
-) -> list[DeadLetter]:
+async def selected(args: argparse.Namespace, chosen: Selection, security: Security = None) -> list[DeadLetter]:
     """The selected dead letters of ``args.dead_letter_topic`` (no group: the whole topic)."""
     consumer = consumer_for(args.bootstrap_servers, None, security)
     await start(consumer)
@@ -316,7 +312,7 @@ async def selected(
         return [
             letter
             async for letter in read(
-                consumer, args.bootstrap_servers, args.dead_letter_topic, args.progress, security=security
+                consumer, args.bootstrap_servers, args.dead_letter_topic, args.progress, None, security
             )
             if chosen.picks(letter)
         ]
@@ -481,9 +477,7 @@ def refusal(letter: DeadLetter, max_replays: int) -> str | None:
     return None
 
 
-async def replay(
-    args: argparse.Namespace, chosen: Selection, security: Mapping[str, Any] | None = None
-) -> ReplayReport:
+async def replay(args: argparse.Namespace, chosen: Selection, security: Security = None) -> ReplayReport:
     """Send the selected dead letters to ``args.to``; commit the group's offsets when all were acknowledged.
 
     Raises:
@@ -538,7 +532,7 @@ async def replay(
 # ------------------------------------------------------------------------------------------------ command line
 def parser() -> argparse.ArgumentParser:
     """The command line (one sub-command per verb; the selection flags on each)."""
-    p = argparse.ArgumentParser(prog="streaminfer-dlq", description=__doc__.split("\n\n")[0])
+    p = ToolParser(prog="streaminfer-dlq", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
     add_security(p)
     p.add_argument("--dead-letter-topic", default="requests.dlq")

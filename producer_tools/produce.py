@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
-from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.events import (
     EXPECTATION_FIELDS,
     Encoder,
@@ -62,7 +62,7 @@ from producer_tools.events import (
 )
 from producer_tools.images import folder_images, sample_images
 from producer_tools.poison import catalogue
-from producer_tools.security import add_security, security_of
+from producer_tools.security import Security, add_security, security_of
 from producer_tools.topics import TopicMissingError, require_topic
 
 DEFAULT_HELDOUT = Path(__file__).resolve().parent.parent / "models" / "digits" / "artifacts" / "heldout.npz"
@@ -225,7 +225,7 @@ async def send_all(
     linger_ms: int = 5,
     on_acked: Callable[[Outgoing], None] | None = None,
     max_request_bytes: int = 1_048_576,
-    security: Mapping[str, Any] | None = None,
+    security: Security = None,
 ) -> None:
     """Send ``records`` (key = the record's key, else its correlation ID; headers ``correlation_id`` = the ID unless
     ``headers`` gives them), paced at ``rate`` records/s if given, and wait until the broker acknowledged every one.
@@ -425,7 +425,7 @@ def input_name(args: argparse.Namespace) -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="streaminfer-produce", description=__doc__.split("\n\n")[0])
+    p = ToolParser(prog="streaminfer-produce", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
     add_security(p)
     p.add_argument("--topic", default="requests", help="requests topic")

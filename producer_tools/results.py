@@ -43,17 +43,19 @@ from tqdm import tqdm
 
 from consumer.oip.records import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
 from consumer.oip.wire import CORRELATION_HEADER
-from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.events import RegistryUnavailable
 from producer_tools.readers import (
     DEFAULT_SCORE_TOLERANCE,
     Answer,
     EventFields,
+    EventResults,
     OipResults,
     ResultReader,
+    field_hints,
     result_reader,
 )
-from producer_tools.security import add_security, security_of
+from producer_tools.security import Security, add_security, security_of
 
 #: ``--format``: what a result's value holds (an OIP response, or an enriched event as JSON or registry Avro).
 FORMATS = ("oip", "json", "avro")
@@ -190,7 +192,7 @@ async def collect(
     settle_s: float = 0.0,
     reader: ResultReader | None = None,
     score_tolerance: float | None = None,
-    security: Mapping[str, Any] | None = None,
+    security: Security = None,
 ) -> Report:
     """Read answers for ``expected`` (correlation ID -> manifest entry) until all arrived or ``timeout_s``.
 
@@ -396,7 +398,7 @@ def print_report(
 
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="streaminfer-results", description=__doc__.split("\n\n")[0])
+    p = ToolParser(prog="streaminfer-results", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
     add_security(p)
     p.add_argument("--results-topic", default="results")
@@ -522,6 +524,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"streaminfer-results: {exc} (--schema-registry-url)", file=sys.stderr)
         return 1
     print_report(report, show=args.show, sources=expected)
+    if isinstance(reader, EventResults):  # accuracy=0 after a mapping renamed the outputs: say where to look
+        events = [a.event for a in report.answers.values() if a.event is not None]
+        for line in field_hints(events, reader.fields):
+            print(line, file=sys.stderr)
     return 1 if report.missing else 0
 
 

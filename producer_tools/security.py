@@ -43,6 +43,8 @@ from producer_tools.cli import BadArgument
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 ENV_PREFIX = "STREAMINFER_"
+#: aiokafka's TLS/SASL keyword arguments (:meth:`ClientSecurity.kwargs`) as the tools' functions take them; None: none.
+Security = Mapping[str, Any] | None
 
 #: Setting -> (flag's help). The settings' names, defaults and meaning are the consumer's (consumer/config.py).
 FLAGS = {

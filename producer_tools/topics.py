@@ -4,12 +4,12 @@ check that a topic exists before the tools write to it (brokers that create no t
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
+
+from producer_tools.security import Security
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ async def ensure_topics(
     replication_factor: int = 1,
     configs: dict[str, dict[str, str]] | None = None,
     *,
-    security: Mapping[str, Any] | None = None,
+    security: Security = None,
 ) -> None:
     """Create each topic in ``partitions`` (name -> partition count) unless it exists.
 
