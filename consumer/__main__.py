@@ -61,7 +61,7 @@ async def serve_until_signal(app: StreamInferApp, checks: HealthChecks) -> int:
     except KafkaError as exc:
         log.error("cannot start on bootstrap_servers=%s: %r", app.settings.bootstrap_servers, exc)
         return EXIT_KAFKA
-    except ConfigError as exc:  # the requests topic is missing; a result schema refused
+    except ConfigError as exc:  # a topic missing; the registry URL not its API; a mapped field absent
         log.error("%s", exc)
         return EXIT_CONFIG
     except ModelError as exc:  # the requests subject's latest writer schema cannot feed the model

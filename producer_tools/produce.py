@@ -48,7 +48,7 @@ from tqdm import tqdm
 from consumer.answers.headers import CORRELATION_HEADER
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
-from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.events import (
     EXPECTATION_FIELDS,
     Encoder,
@@ -63,6 +63,7 @@ from producer_tools.events import (
 )
 from producer_tools.images import folder_images, sample_images
 from producer_tools.poison import catalogue
+from producer_tools.security import Security, add_security, security_of
 from producer_tools.topics import TopicMissingError, require_topic
 
 DEFAULT_HELDOUT = Path(__file__).resolve().parent.parent / "models" / "digits" / "artifacts" / "heldout.npz"
@@ -225,6 +226,7 @@ async def send_all(
     linger_ms: int = 5,
     on_acked: Callable[[Outgoing], None] | None = None,
     max_request_bytes: int = 1_048_576,
+    security: Security = None,
 ) -> None:
     """Send ``records`` (key = the record's key, else its correlation ID; headers ``correlation_id`` = the ID unless
     ``headers`` gives them), paced at ``rate`` records/s if given, and wait until the broker acknowledged every one.
@@ -235,12 +237,14 @@ async def send_all(
             that fails midway still knows exactly what reached the topic.
         max_request_bytes: the producer's ``max_request_size``, bytes (the client's and the broker's default
             ``message.max.bytes`` are 1 MiB).
+        security: aiokafka's TLS/SASL keyword arguments (:meth:`producer_tools.security.ClientSecurity.kwargs`).
 
     Raises:
         aiokafka.errors.KafkaError: a send failed.
         producer_tools.topics.TopicMissingError: ``topic`` does not exist (nothing was sent).
     """
     producer = AIOKafkaProducer(
+        **(security or {}),
         bootstrap_servers=bootstrap_servers,
         client_id="streaminfer-produce",
         acks="all",
@@ -422,8 +426,9 @@ def input_name(args: argparse.Namespace) -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="streaminfer-produce", description=__doc__.split("\n\n")[0])
+    p = ToolParser(prog="streaminfer-produce", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
+    add_security(p)
     p.add_argument("--topic", default="requests", help="requests topic")
     p.add_argument(
         "--format",
@@ -495,6 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_client_logs()
     try:
         check_format(args, os.environ)
+        security = security_of(args, os.environ).kwargs()
         records = build_records(args)
     except BadArgument as exc:
         print(f"streaminfer-produce: {exc}", file=sys.stderr)
@@ -524,6 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 not args.no_progress,
                 on_acked=record,
                 max_request_bytes=args.max_request_bytes,
+                security=security,
             )
         )
     except KafkaError as exc:

@@ -43,16 +43,19 @@ from tqdm import tqdm
 
 from consumer.answers.headers import CORRELATION_HEADER
 from consumer.answers.records import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
-from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.events import RegistryUnavailable
 from producer_tools.readers import (
     DEFAULT_SCORE_TOLERANCE,
     Answer,
     EventFields,
+    EventResults,
     OipResults,
     ResultReader,
+    field_hints,
     result_reader,
 )
+from producer_tools.security import Security, add_security, security_of
 
 #: ``--format``: what a result's value holds (an OIP response, or an enriched event as JSON or registry Avro).
 FORMATS = ("oip", "json", "avro")
@@ -189,13 +192,15 @@ async def collect(
     settle_s: float = 0.0,
     reader: ResultReader | None = None,
     score_tolerance: float | None = None,
+    security: Security = None,
 ) -> Report:
     """Read answers for ``expected`` (correlation ID -> manifest entry) until all arrived or ``timeout_s``.
 
     Answers whose correlation ID is not in ``expected`` (earlier runs) are skipped. ``isolation_level``
     ``read_committed`` hides answers of aborted transactions (exactly-once mode). ``settle_s`` keeps reading
     that long after the last expected answer, so late duplicates are counted. ``reader`` reads each first result
-    (default: OIP responses; it is closed at the end); ``score_tolerance`` defaults to the reader's.
+    (default: OIP responses; it is closed at the end); ``score_tolerance`` defaults to the reader's. ``security``:
+    aiokafka's TLS/SASL keyword arguments (:meth:`producer_tools.security.ClientSecurity.kwargs`).
 
     Raises:
         aiokafka.errors.KafkaError: the broker cannot be reached.
@@ -206,6 +211,7 @@ async def collect(
         fields = getattr(reader, "fields", None)
         score_tolerance = fields.score_tolerance if isinstance(fields, EventFields) else DEFAULT_SCORE_TOLERANCE
     consumer = AIOKafkaConsumer(
+        **(security or {}),
         bootstrap_servers=bootstrap_servers,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -392,8 +398,9 @@ def print_report(
 
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="streaminfer-results", description=__doc__.split("\n\n")[0])
+    p = ToolParser(prog="streaminfer-results", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
+    add_security(p)
     p.add_argument("--results-topic", default="results")
     p.add_argument("--dead-letter-topic", default="requests.dlq")
     p.add_argument("--manifest", type=Path, required=True, help="JSONL written by streaminfer-produce --manifest")
@@ -487,6 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"streaminfer-results: --manifest {args.manifest}: {exc}", file=sys.stderr)
         return 2
     try:
+        security = security_of(args, os.environ).kwargs()
         reader = reader_of(args, os.environ)
     except BadArgument as exc:
         print(f"streaminfer-results: {exc}", file=sys.stderr)
@@ -503,6 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 isolation_level=args.isolation_level,
                 settle_s=2.0,
                 reader=reader,
+                security=security,
             )
         )
     except KafkaError as exc:
@@ -515,6 +524,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"streaminfer-results: {exc} (--schema-registry-url)", file=sys.stderr)
         return 1
     print_report(report, show=args.show, sources=expected)
+    if isinstance(reader, EventResults):  # accuracy=0 after a mapping renamed the outputs: say where to look
+        events = [a.event for a in report.answers.values() if a.event is not None]
+        for line in field_hints(events, reader.fields):
+            print(line, file=sys.stderr)
     return 1 if report.missing else 0
 
 

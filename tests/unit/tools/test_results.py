@@ -29,6 +29,7 @@ from producer_tools.readers import (
     avro_events,
     event_label,
     event_score,
+    field_hints,
     json_event,
 )
 from producer_tools.results import build_report, main, parser, read_answer, reader_of, score_matches
@@ -358,3 +359,21 @@ def test_main_exits_2_on_a_bad_flag_before_reading_anything(
     assert capsys.readouterr().err.startswith("streaminfer-results: --schema-registry-url: --format avro needs")
     assert main(["--manifest", str(manifest), "--score-field", "p"]) == 2
     assert "--score-field: only with --format json or avro" in capsys.readouterr().err
+
+
+def test_results_without_the_label_and_score_fields_get_a_hint_naming_the_flags() -> None:
+    renamed = [{"patient_id": "p-1", "predicted": 1, "probs": [0.2, 0.8]}, {"patient_id": "p-2", "predicted": 0}]
+    hints = field_hints(renamed, EventFields())
+    assert hints == [
+        "hint: no result has the label field 'label': name the field of your input_mapping's outputs with "
+        "--label-field PATH; the results' fields: patient_id, predicted, probs",
+        "hint: no result has the score field 'probabilities': name the field of your input_mapping's outputs with "
+        "--score-field PATH (perhaps --score-field probs); the results' fields: patient_id, predicted, probs",
+    ]
+    assert field_hints(renamed, EventFields(label="predicted", score="probs")) == []  # the flags given: nothing
+
+
+def test_a_field_present_in_some_results_or_nested_gets_no_hint() -> None:
+    events = [{"out": {"label": 1}}, {"other": 2}]
+    assert field_hints(events, EventFields(label="out.label", score="out.label")) == []
+    assert field_hints([], EventFields()) == []  # nothing read: nothing to say
