@@ -15,13 +15,14 @@
 :mod:`producer_tools.events`): as they are, or as Confluent-framed Avro (``--schema FILE.avsc``
 ``--schema-registry-url URL``, default ``$SCHEMA_REGISTRY_URL``: confluent-kafka's ``AvroSerializer``, subject
 ``<topic>-value``, the schema registered if absent). ``--key-field PATH`` keys each record by that field (dotted
-paths reach into nested objects); ``expected_label`` and ``expected_probability`` go to the manifest, not the topic.
+paths reach into nested objects); ``true_label``, ``expected_label`` and ``expected_probability`` go to the manifest,
+not the topic.
 A flag that does not apply to the chosen format is refused (exit 2, naming it).
 
 Each record gets a correlation ID ``<run-id>-<n>`` (header ``correlation_id``; for OIP also the request ``id`` unless
 the JSONL line has one; the record key unless ``--key-field`` names another). ``--manifest`` writes one JSON line per
-record as the broker acknowledges it: ``{"correlation_id", "label"?, "expected_probability"?, "expected_reason"?,
-"tombstone"?}``,
+record as the broker acknowledges it: ``{"correlation_id", "label"?, "expected_label"?, "expected_probability"?,
+"expected_reason"?, "tombstone"?}``,
 which ``streaminfer-results`` matches against; a run that fails midway leaves exactly the records that reached the
 topic.
 """
@@ -87,12 +88,13 @@ class Outgoing:
     Attributes:
         correlation_id: the ID the answer must carry.
         value: the record value (None for a tombstone).
-        label: the true class, when known (digits).
+        label: the true class, when known (digits; events: ``true_label``, the held-out truth).
         expected_reason: the dead-letter reason a poison record must get.
         headers: extra record headers (e.g. ``inference-header-content-length`` of a binary request).
         source: where its content came from, for a reader (image sources: the file names, comma-separated).
         key: the record key (None: the correlation ID).
         expected_probability: the probability the model should give (events: ``expected_probability``).
+        expected_label: the label the model should give, from a direct ONNX Runtime run (events: ``expected_label``).
     """
 
     correlation_id: str
@@ -103,6 +105,7 @@ class Outgoing:
     source: str | None = None
     key: bytes | None = None
     expected_probability: float | None = None
+    expected_label: int | None = None
 
     def manifest(self) -> dict[str, Any]:
         """The manifest line for this record."""
@@ -111,6 +114,8 @@ class Outgoing:
             entry["source"] = self.source
         if self.label is not None:
             entry["label"] = self.label
+        if self.expected_label is not None:
+            entry["expected_label"] = self.expected_label
         if self.expected_probability is not None:
             entry["expected_probability"] = self.expected_probability
         if self.expected_reason is not None:
@@ -296,10 +301,11 @@ def event_records(
     """
     out: list[Outgoing] = []
     for number, event in enumerate(events, start=1):
-        label, probability = take_expectations(event, number)
+        expected = take_expectations(event, number)
         key = key_of(event, key_field, number) if key_field else None
-        out.append(Outgoing(f"{run_id}-{number - 1:06d}", encode(event), label=label, key=key,
-                            expected_probability=probability))  # fmt: skip
+        out.append(Outgoing(f"{run_id}-{number - 1:06d}", encode(event), label=expected.label, key=key,
+                            expected_label=expected.expected_label,
+                            expected_probability=expected.expected_probability))  # fmt: skip
     return out
 
 

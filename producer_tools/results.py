@@ -14,8 +14,10 @@ the model's outputs as fields), as a JSON object or as registry-framed Avro (mag
 read with confluent-kafka's own ``AsyncAvroDeserializer`` (``--schema-registry-url``, default
 ``$SCHEMA_REGISTRY_URL``). An enriched result's label is its ``--label-field`` (default ``label``), its score the
 ``--score-index`` (default 1) of ``--score-field`` (default ``probabilities``; a field holding a number is the
-score itself): the label counts towards accuracy against the manifest's ``label``, the score must equal the
-manifest's ``expected_probability`` within ``--score-tolerance`` (default 1e-6, absolute, both read as float32).
+score itself): the label counts towards accuracy against the manifest's ``label`` (the held-out truth) and towards
+agreement against its ``expected_label`` (what a direct ONNX Runtime run of the model gave: 1.0 unless streaminfer
+changed an answer), the score must equal the manifest's ``expected_probability`` within ``--score-tolerance`` (default
+1e-6, absolute, both read as float32).
 
 A tombstone on the results topic (a null value; an empty one for a keyless record) is the answer of a tombstone
 request (manifest ``"tombstone": true``): counted as a result, never read, and a mismatch either way when only one
@@ -78,7 +80,9 @@ class Report:
         dead_letters: correlation IDs answered with a dead letter.
         missing: IDs with no answer.
         duplicates: answers beyond the first per ID (at-least-once redeliveries).
-        accuracy: share of labelled results whose ``label`` output equals the label, or None.
+        accuracy: share of labelled results whose ``label`` output equals the label (the truth), or None.
+        agreement: share of results whose label equals the manifest's ``expected_label`` (a direct ONNX Runtime
+            run's), or None when the manifest has none.
         reason_mismatches: (id, expected, got) for poison records whose reason differs.
         latencies_ms: latency of every first answer, ms.
         throughput_rps: answers / (last answer time - first request time), records/s.
@@ -105,16 +109,20 @@ class Report:
     tombstones: int = 0
     tombstone_mismatches: list[tuple[str, bool]] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    agreement: float | None = None
 
     def percentile_ms(self, q: float) -> float:
         """Latency percentile ``q`` (0..100), ms; NaN when nothing was answered."""
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
 
     def summary(self, prefix: str) -> str:
-        """One line: ``<prefix>: sent=N results=R dead_letters=D accuracy=A p50_ms=X p99_ms=Y throughput_rps=T``,
-        then ``score_mismatches=M`` when scores were checked, ``tombstones=T`` when any was expected or answered
+        """One line: ``<prefix>: sent=N results=R dead_letters=D accuracy=A p50_ms=X p99_ms=Y throughput_rps=T``
+        (``agreement=G`` after the accuracy when the manifest has expected labels), then ``score_mismatches=M`` when
+        scores were checked, ``tombstones=T`` when any was expected or answered
         and ``unreadable=U`` when a result could not be read."""
         acc = f"{self.accuracy:.4f}" if self.accuracy is not None else "nan"
+        if self.agreement is not None:
+            acc += f" agreement={self.agreement:.4f}"
         line = (
             f"{prefix}: sent={self.sent} results={self.results} dead_letters={self.dead_letters} accuracy={acc} "
             f"p50_ms={self.percentile_ms(50):.1f} p99_ms={self.percentile_ms(99):.1f} "
@@ -278,6 +286,12 @@ def build_report(
     scored = [a for a in results if not a.tombstone]
     labelled = [(a, expected[a.correlation_id]["label"]) for a in scored if "label" in expected[a.correlation_id]]
     accuracy = sum(a.label == y for a, y in labelled) / len(labelled) if labelled else None
+    direct = [
+        (a, expected[a.correlation_id]["expected_label"])
+        for a in scored
+        if "expected_label" in expected[a.correlation_id]
+    ]
+    agreement = sum(a.label == y for a, y in direct) / len(direct) if direct else None
     mismatches = []
     tombstone_mismatches = []
     for cid, entry in expected.items():
@@ -303,6 +317,7 @@ def build_report(
         missing=sorted(set(expected) - set(first)),
         duplicates=duplicates,
         accuracy=accuracy,
+        agreement=agreement,
         reason_mismatches=mismatches,
         latencies_ms=latencies,
         throughput_rps=len(first) / span_s if span_s > 0 else float("nan"),

@@ -62,7 +62,8 @@ def check(records: list[Any], manifest: dict[str, dict[str, Any]], sent: list[di
         cid = dict(record.headers)[CORRELATION_HEADER].decode()
         entry = manifest[cid]
         expected = dict(by_patient[record.key.decode()])
-        assert entry["label"] == expected.pop("expected_label")
+        assert entry["label"] == expected.pop("true_label")
+        assert entry["expected_label"] == expected.pop("expected_label")
         assert entry["expected_probability"] == expected.pop("expected_probability")
         assert decode(record) == expected
         seen.add(cid)

@@ -239,3 +239,22 @@ def test_the_architecture_page_names_every_consumer_module() -> None:
     )
     assert len(modules) > 40
     assert [m for m in modules if f"`{m}`" not in page] == []
+
+
+# ------------------------------------------------------------------------------------------------ events
+def test_the_events_page_shows_the_mapping_file_it_runs() -> None:
+    page = (DOCS / "events.md").read_text()
+    mapping = (ROOT / "models" / "breast_cancer" / "mapping.yaml").read_text()
+    assert f"```yaml\n{mapping}```" in page, "docs/events.md: the mapping example is models/breast_cancer/mapping.yaml"
+    assert "--input-mapping models/breast_cancer/mapping.yaml" in page
+
+
+def test_each_events_block_starts_what_it_uses() -> None:
+    """Each sh block of the events walkthrough runs alone in a fresh shell: it sets every variable it reads."""
+    page = (DOCS / "events.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", page, flags=re.S)
+    assert len(blocks) >= 3
+    for block in blocks:
+        used = set(re.findall(r"\$\{?([A-Z_]+)", block))
+        assigned = set(re.findall(r"^([A-Z_]+)=", block, flags=re.M))
+        assert used <= assigned, f"docs/events.md: a block reads {used - assigned} without setting it:\n{block}"

@@ -167,6 +167,24 @@ def test_report_counts_accuracy_and_score_mismatches_against_the_manifest() -> N
     assert "tombstones=" not in report.summary("results")
 
 
+def test_accuracy_is_against_the_truth_and_agreement_against_the_direct_run() -> None:
+    expected = {
+        "a": {"correlation_id": "a", "label": 1, "expected_label": 1},
+        "b": {"correlation_id": "b", "label": 0, "expected_label": 1},  # the model is wrong here
+        "c": {"correlation_id": "c", "label": 0, "expected_label": 0},
+        "d": {"correlation_id": "d", "label": 1, "expected_label": 1},
+    }
+    first = {cid: answer(cid, label=1 if cid != "c" else 0) for cid in "abc"}
+    first["d"] = answer("d", label=0)  # streaminfer changed an answer
+    report = build_report(expected, first, duplicates=0)
+    assert report.accuracy == 2 / 4
+    assert report.agreement == 3 / 4
+    assert " accuracy=0.5000 agreement=0.7500 p50_ms=" in report.summary("results")
+    without = build_report({"a": {"correlation_id": "a", "label": 1}}, {"a": answer("a", label=1)}, duplicates=0)
+    assert without.agreement is None
+    assert " accuracy=1.0000 p50_ms=" in without.summary("results")
+
+
 def test_a_tight_tolerance_finds_what_the_default_lets_through() -> None:
     expected = {"a": {"correlation_id": "a", "expected_probability": 0.25}}
     first = {"a": answer("a", score=0.2500005)}
