@@ -104,7 +104,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--batch-size", type=int, default=32, help="rows per compared batch (default %(default)s)")
     g.add_argument("--min-agreement", type=float, default=0.99, help="top-1 agreement, fraction (default 0.99)")
     g.add_argument("--max-accuracy-drop", type=float, default=0.01, help="accuracy fall allowed (default 0.01)")
-    g.add_argument("--min-cosine", type=float, default=0.99, help="per-row cosine of vector outputs (0.99)")
+    g.add_argument("--min-cosine", type=float, default=0.99, help="mean per-row cosine of vector outputs (0.99)")
+    g.add_argument("--min-row-cosine", type=float, help="worst row's cosine of vector outputs (not judged)")
     g.add_argument("--max-abs-diff", type=float, help="largest abs difference of a float output (not judged)")
     g.add_argument("--max-mean-abs-diff", type=float, help="mean abs difference per float output (not judged)")
     g.add_argument("--max-p99-ratio", type=float, help="candidate p99 / serving p99 per batch size (not judged)")
@@ -227,6 +228,7 @@ def _gate(args: argparse.Namespace) -> int:
         min_agreement=args.min_agreement,
         max_accuracy_drop=args.max_accuracy_drop,
         min_cosine=args.min_cosine,
+        min_row_cosine=args.min_row_cosine,
         max_abs_diff=args.max_abs_diff,
         max_mean_abs_diff=args.max_mean_abs_diff,
         max_p99_ratio=args.max_p99_ratio,

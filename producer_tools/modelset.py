@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from confluent_kafka.schema_registry import AsyncSchemaRegistryClient
 from prometheus_client import CollectorRegistry
 
@@ -361,12 +362,9 @@ async def _read_topic(s: Settings, source: Source) -> list[Any]:
         auto_offset_reset="earliest",
         **kafka_security_kwargs(s),
     )
+    partitions = await _partitions(s, source.topic)
     await consumer.start()
     try:
-        topics = await consumer.topics()
-        if source.topic not in topics:
-            raise SetError(f"topic {source.topic!r} does not exist on {s.bootstrap_servers}")
-        partitions = sorted(consumer.partitions_for_topic(source.topic) or ())
         if source.offsets:
             missing = sorted(set(source.offsets) - set(partitions))
             if missing:
@@ -406,6 +404,24 @@ async def _read_topic(s: Settings, source: Source) -> list[Any]:
         await consumer.stop()
     merged = sorted((r for recs in got.values() for r in recs), key=lambda r: (r.timestamp, r.partition, r.offset))
     return merged[: source.count]
+
+
+async def _partitions(s: Settings, topic: str) -> list[int]:
+    """``topic``'s partitions, asked of the cluster (a consumer outside a group knows only assigned topics).
+
+    Raises:
+        SetError: the topic does not exist.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap_servers, **kafka_security_kwargs(s))
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    found = [t for t in described if t["topic"] == topic and t["error_code"] == 0 and t["partitions"]]
+    if not found:
+        raise SetError(f"topic {topic!r} does not exist on {s.bootstrap_servers}")
+    return sorted(int(p["partition"]) for p in found[0]["partitions"])
 
 
 def _manifest_labels(path: Path) -> dict[bytes, int]:

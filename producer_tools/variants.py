@@ -1,7 +1,10 @@
 """Candidate variants of a model made with the ONNX toolchain's own converters (never our own graph rewriting):
 
-- ``fp16``: onnxconverter-common's ``convert_float_to_float16`` with ``keep_io_types=True`` (inputs and outputs stay
-  float32; the operators of its default block list stay float32 behind Casts);
+- ``fp16``: ONNX Runtime's ``convert_float_to_float16`` (``onnxruntime.transformers.float16``, the converter the
+  consumer's ``fp16`` setting runs, so a gated FP16 copy is the one ``fp16=true`` serves) with ``keep_io_types=True``:
+  inputs and outputs stay float32, the operators of its default block list stay float32 behind Casts.
+  (onnxconverter-common's copy of that converter was tried first: it leaves a ``Cast(to=float)`` in front of a
+  float16 ``MatMul``, which ONNX Runtime refuses to load, on skl2onnx's MLP export; ORT's own handles it);
 - ``int8-dynamic``: ONNX Runtime's ``quantize_dynamic`` (int8 weights, activations quantised at run time);
 - ``int8-static``: ONNX Runtime's ``quantize_static`` in QDQ format, activations calibrated (MinMax) on the
   comparison set's batches.
@@ -42,19 +45,19 @@ def not_applicable(model: Any, variant: str) -> str | None:
     """Why ``variant`` cannot convert ``model`` (an ``onnx.ModelProto``), naming its operators; None if it can.
 
     The rule: the converter must act on at least one node of the default ONNX domain that takes a float32 weight
-    (an initializer): FP16 on a node outside onnxconverter-common's block list, INT8 on an operator of ONNX
+    (an initializer): FP16 on a node outside the float16 converter's block list, INT8 on an operator of ONNX
     Runtime's quantisation registry (dynamic: ``IntegerOpsRegistry``; static: ``QLinearOpsRegistry``).
     """
     weights = _float_initializers(model)
     if variant == "fp16":
-        from onnxconverter_common.float16 import DEFAULT_OP_BLOCK_LIST
+        from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
 
         acted = {
             n.op_type
             for n in model.graph.node
             if _default_domain(n.domain) and n.op_type not in DEFAULT_OP_BLOCK_LIST and set(n.input) & weights
         }
-        tool = "onnxconverter-common's float16 converter (float32 weights of standard operators)"
+        tool = "ONNX Runtime's float16 converter (float32 weights of standard operators)"
     else:
         from onnxruntime.quantization.registry import IntegerOpsRegistry, QLinearOpsRegistry
 
@@ -106,7 +109,7 @@ def build_variant(model_path: Path, variant: str, out: Path, comparison: Compari
         raise NotApplicable(why)
     try:
         if variant == "fp16":
-            from onnxconverter_common.float16 import convert_float_to_float16
+            from onnxruntime.transformers.float16 import convert_float_to_float16
 
             onnx.save(convert_float_to_float16(model, keep_io_types=True), str(out))
         elif variant == "int8-dynamic":
