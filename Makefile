@@ -51,9 +51,27 @@ $(MODEL): models/digits/build.py $(STAMP)
 $(TABULAR): models/breast_cancer/build.py models/breast_cancer/events.avsc $(STAMP)
 	$(PY) models/breast_cancer/build.py
 
-model: $(MODEL) $(TABULAR) ## build the digits and breast-cancer ONNX models, their held-out splits and events.jsonl
+# Validation records (streaminfer-model record) beside the models, over comparison sets of their held-out data:
+# digits' held-out requests (labels in parameters.label), the breast-cancer held-out events (no labels on them).
+MODEL_RECORD := models/digits/artifacts/digits.record.json
+TABULAR_RECORD := models/breast_cancer/artifacts/breast_cancer.record.json
+RECORD_ARGS ?= --max-seconds 0.5 --min-runs 10
 
-demo: $(STAMP) $(MODEL) ## end to end on a local broker: serve the digits model, end with a summary line
+$(MODEL_RECORD): $(MODEL) producer_tools/model.py producer_tools/evaluate.py producer_tools/modelset.py
+	$(PY) -m producer_tools.model set --model $(MODEL) --jsonl models/digits/artifacts/requests.jsonl \
+		--label-field parameters.label --out models/digits/artifacts/heldout.set.jsonl
+	$(PY) -m producer_tools.model record --model $(MODEL) --set models/digits/artifacts/heldout.set.jsonl \
+		--out $@ $(RECORD_ARGS)
+
+$(TABULAR_RECORD): $(TABULAR) producer_tools/model.py producer_tools/evaluate.py producer_tools/modelset.py
+	$(PY) -m producer_tools.model set --model $(TABULAR) --request-format json \
+		--jsonl models/breast_cancer/artifacts/events.jsonl --out models/breast_cancer/artifacts/heldout.set.jsonl
+	$(PY) -m producer_tools.model record --model $(TABULAR) --set models/breast_cancer/artifacts/heldout.set.jsonl \
+		--out $@ $(RECORD_ARGS)
+
+model: $(MODEL) $(TABULAR) $(MODEL_RECORD) $(TABULAR_RECORD) ## build the digits and breast-cancer ONNX models, their held-out splits, events.jsonl and validation records
+
+demo: $(STAMP) $(MODEL) $(MODEL_RECORD) ## end to end on a local broker: serve the digits model, end with a summary line
 	scripts/demo
 
 test: $(STAMP) $(MODEL) ## the whole suite: unit, then integration against a real broker

@@ -3,7 +3,8 @@
 Reads settings (flags and ``STREAMINFER_*``), loads and warms the model, serves ``/metrics``, ``/healthz`` and
 ``/readyz``, then consumes until SIGTERM or SIGINT.
 
-Exit codes: 0 clean stop; 1 a background task failed (the orchestrator should restart us); 2 bad settings;
+Exit codes: 0 clean stop; 1 a background task failed (the orchestrator should restart us); 2 bad settings (a
+model file that is not the one ``validation_record`` describes included);
 3 the model cannot be served; 4 the Kafka cluster cannot be reached or refuses us at start-up.
 """
 
@@ -30,6 +31,8 @@ from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError, RecordError
 from consumer.events.mapping import load_mapping
 from consumer.kafka.security import secret_values
+from consumer.model.record import check_model, load_record
+from consumer.model.record import summary as record_summary
 from consumer.model.runner import OnnxRunner, describe, warmup_plan
 from consumer.model.session import CUDA, TENSORRT, SessionOptions
 from consumer.oip.decode import decode_request
@@ -115,6 +118,14 @@ def _load_and_serve(
     held_client_logs: Callable[[], int],
     tracing: Tracing | None,
 ) -> int:
+    if settings.validation_record is not None:  # before the model is loaded: a wrong file is refused at once
+        try:
+            record = load_record(settings.validation_record)
+            check_model(record, settings.model_path)
+        except ConfigError as exc:
+            log.error("%s", exc)
+            return EXIT_CONFIG
+        log.info("validation record %s", json.dumps(record_summary(record)))
     mapping = None
     try:
         runner = load_runner(settings)

@@ -206,6 +206,12 @@ class Settings(BaseSettings):
         description="An OIP request (JSON file) whose rows probe and warm the model up instead of zeros, for a model "
         "that zeros are not valid input for (e.g. a OneHotEncoder with handle_unknown='error').",
     )
+    validation_record: Path | None = Field(
+        None,
+        description="The model's validation record (JSON, streaminfer-model record): start-up refuses a model_path "
+        "whose sha256 differs (exit 2, both hashes named) and logs its summary; records with a value outside an "
+        "input's recorded range are counted (streaminfer_input_out_of_range_total{input}) and still served.",
+    )
     tokenizer_path: Path | None = Field(
         None, description="tokenizer.json of a sequence model: text requests (BYTES input) are tokenized with it."
     )
@@ -401,6 +407,8 @@ class Settings(BaseSettings):
                 raise ValueError(f"image_preprocessing is not JSON: {exc}") from None
             if not isinstance(declared, dict):
                 raise ValueError("image_preprocessing must be a JSON object")
+        if self.validation_record is not None and not self.validation_record.is_file():
+            raise ValueError(f"validation_record {str(self.validation_record)!r} is not a file")
         if self.warmup_request is not None and not self.warmup_request.is_file():
             raise ValueError(f"warmup_request {str(self.warmup_request)!r} is not a file")
         if self.request_format == "avro" and not self.schema_registry_url:

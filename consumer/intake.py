@@ -28,6 +28,7 @@ from consumer.errors import DeadLetterReason, DecodeError
 from consumer.events.decode import TOMBSTONE, EventDecoder
 from consumer.events.registry import Idle
 from consumer.kafka.unpack import Dropped
+from consumer.model.record import RangeCheck
 from consumer.model.sequence import TextEncoder
 from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
@@ -48,6 +49,8 @@ class Intake:
         clock: monotonic seconds.
         images: an image model's encoder, or None.
         events: the event decoder (``request_format`` json or avro), or None: OIP requests.
+        ranges: the validation record's input ranges (``validation_record``): decoded requests with a value outside
+            them are counted, and served as any other; None: not checked.
     """
 
     def __init__(
@@ -59,9 +62,11 @@ class Intake:
         clock: Callable[[], float],
         images: ImageEncoder | None = None,
         events: EventDecoder | None = None,
+        ranges: RangeCheck | None = None,
     ) -> None:
         self._signature = signature
         self.events = events
+        self._ranges = ranges
         self._limits = limits
         self._text = text
         self.images = images
@@ -109,6 +114,8 @@ class Intake:
             parsed = self._parse(records)
         else:
             parsed = await asyncio.get_running_loop().run_in_executor(self._decoder, self._parse, records)
+        if self._ranges is not None:  # drift: counted, never a reason to dead-letter
+            self._ranges.count(parsed)
         works: list[Work] = []
         append = works.append
         first = 0

@@ -1,7 +1,8 @@
 """``make demo``: the whole path on a running broker, from request to answer, with one summary line.
 
 Creates the topics (requests with several partitions; results and dead letters with broker append time),
-starts ``streaminfer-consumer`` as a child process on the digits model, waits for ``/readyz``, warms the path up
+starts ``streaminfer-consumer`` as a child process on the digits model (with its validation record, ``make model``
+``digits.record.json``, when it exists), waits for ``/readyz``, warms the path up
 (a few records answered first; their time is printed as the cold start), then pauses the consumer (SIGSTOP), sends
 the held-out digits with every poison kind interleaved, resumes it (SIGCONT), waits until each record has a result
 or a dead letter, prints::
@@ -36,6 +37,7 @@ from producer_tools.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "models" / "digits" / "artifacts" / "digits.onnx"
+DEFAULT_RECORD = ROOT / "models" / "digits" / "artifacts" / "digits.record.json"
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 #: Records answered before the timed run, so its figures show a warm consumer.
 WARMUP_RECORDS = 32
@@ -101,6 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     p.add_argument("--model-path", type=Path, default=DEFAULT_MODEL)
     p.add_argument("--heldout", type=Path, default=DEFAULT_HELDOUT)
+    p.add_argument(
+        "--validation-record",
+        type=Path,
+        default=DEFAULT_RECORD,
+        help="the model's validation record (make model writes it); served with it when the file exists",
+    )
     p.add_argument("--partitions", type=int, default=4, help="partitions of the requests topic")
     p.add_argument("--timeout-s", type=float, default=120.0, help="wait for answers at most this long, s")
     p.add_argument("--log", type=Path, default=ROOT / ".demo" / "consumer.log", help="consumer log file")
@@ -125,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "requests_topic": topics["requests"],
             "results_topic": topics["results"],
             "dead_letter_topic": topics["dlq"],
-        },
+        }
+        | ({"validation_record": args.validation_record} if args.validation_record.is_file() else {}),
         args.log,
     )
     code = 1

@@ -25,6 +25,7 @@ from consumer.inference import BatchRunner
 from consumer.intake import Intake
 from consumer.kafka.clients import Clients
 from consumer.kafka.source import Source
+from consumer.model.record import RangeCheck, load_record
 from consumer.model.runner import OnnxRunner
 from consumer.model.sequence import TextEncoder
 from consumer.model.vision import ImageEncoder
@@ -181,6 +182,7 @@ def build_stages(
 
     Raises:
         consumer.errors.ModelError: the tokenizer cannot be loaded, or the model cannot be fed from events as mapped.
+        consumer.errors.ConfigError: ``validation_record`` cannot be read.
     """
     s = settings
     sequence = runner.signature.sequence
@@ -219,7 +221,12 @@ def build_stages(
         required={"results_topic": s.results_topic, "dead_letter_topic": s.dead_letter_topic},
         sleep=sleep,
     )
-    intake = Intake(runner.signature, limits, text, metrics, clock, images, events)
+    ranges = (
+        RangeCheck(load_record(s.validation_record).ranges, metrics.input_out_of_range)
+        if s.validation_record is not None
+        else None
+    )
+    intake = Intake(runner.signature, limits, text, metrics, clock, images, events, ranges)
     records = AnswerRecords(
         results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id, enrich=s.enrich
     )

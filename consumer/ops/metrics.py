@@ -111,6 +111,13 @@ class Metrics:
         self.dead_letters = Counter(
             "streaminfer_dead_letters", "Dead letters written, by reason.", ["reason"], registry=registry
         )
+        self.input_out_of_range = Counter(
+            "streaminfer_input_out_of_range",
+            "Records served with a value of this model input outside the validation record's observed range "
+            "(validation_record set); counted, never dead-lettered.",
+            ["input"],
+            registry=registry,
+        )
         self.in_flight_rows = Gauge(
             "streaminfer_in_flight_rows", "Rows fetched and not yet answered.", registry=registry
         )

@@ -12,10 +12,13 @@ Outputs, all in ``--out`` (default ``models/digits/artifacts/``, ignored by git)
 
 - ``digits.onnx``    the model (producer_name/version and doc_string set; ``model_version`` metadata = 1)
 - ``heldout.npz``    ``x`` float32 ``[n, 64]`` and ``y`` int64 ``[n]``: the held-out split for the demo
+- ``requests.jsonl`` one OIP JSON request per held-out row (``id`` ``heldout-<i>``, input ``input`` FP32 ``[1, 64]``),
+  its true class in ``parameters.label`` (the consumer ignores it): the comparison set of the model's validation
+  record (``make model``: ``streaminfer-model set --jsonl ... --label-field parameters.label``)
 - ``metrics.json``   ``{"heldout_accuracy": ..., "heldout_rows": ..., "train_rows": ...}``
 
 Deterministic: the same package versions give byte-identical files. Runs in a few seconds.
-Usage: ``python models/digits/build.py [--out DIR] [--seed 0]``
+Usage: ``python models/digits/build.py [--out DIR] [--seed 0] [--shuffle-labels]``
 """
 
 from __future__ import annotations
@@ -39,13 +42,21 @@ INPUT_NAME = "input"
 N_FEATURES = 64  # 8x8 pixels
 
 
-def build(out: Path, seed: int = 0, heldout_fraction: float = 0.2) -> dict[str, float | int]:
-    """Train, export and write the artifacts; returns the metrics written to ``metrics.json``."""
+def build(
+    out: Path, seed: int = 0, heldout_fraction: float = 0.2, shuffle_labels: bool = False
+) -> dict[str, float | int]:
+    """Train, export and write the artifacts; returns the metrics written to ``metrics.json``.
+
+    ``shuffle_labels`` trains on the training labels permuted (seeded): a deliberately broken model of the same
+    interface, the candidate the gate's test must fail (``streaminfer-model gate``).
+    """
     digits = load_digits()
     x = digits.data.astype(np.float32)
     y = digits.target.astype(np.int64)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=heldout_fraction, random_state=seed, stratify=y)
     clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, random_state=seed))
+    if shuffle_labels:
+        y_train = np.random.default_rng(seed).permutation(y_train)
     clf.fit(x_train, y_train)
     accuracy = float(clf.score(x_test, y_test))
 
@@ -65,6 +76,13 @@ def build(out: Path, seed: int = 0, heldout_fraction: float = 0.2) -> dict[str, 
     onx.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     for output in onx.graph.output:
         output.type.tensor_type.shape.dim[0].dim_param = "batch"
+    # skl2onnx lists the default domain twice (one entry per converter that asked for it); ONNX Runtime's quantiser
+    # then refuses the file ("Failed to find proper ai.onnx domain"). One entry per domain, the highest version.
+    opsets: dict[str, int] = {}
+    for entry in onx.opset_import:
+        opsets[entry.domain] = max(opsets.get(entry.domain, 0), entry.version)
+    del onx.opset_import[:]
+    onx.opset_import.extend(onnx.helper.make_opsetid(domain, version) for domain, version in opsets.items())
     onx.producer_name = "streaminfer-models-digits"
     onx.model_version = 1
     onx.doc_string = "Logistic regression on scikit-learn digits (8x8, 0..16), input [batch,64] float32."
@@ -74,6 +92,14 @@ def build(out: Path, seed: int = 0, heldout_fraction: float = 0.2) -> dict[str, 
     out.mkdir(parents=True, exist_ok=True)
     (out / "digits.onnx").write_bytes(onx.SerializeToString())
     np.savez(out / "heldout.npz", x=x_test, y=y_test)
+    with (out / "requests.jsonl").open("w") as fh:
+        for i, (row, label) in enumerate(zip(x_test, y_test, strict=True)):
+            request = {
+                "id": f"heldout-{i}",
+                "inputs": [{"name": INPUT_NAME, "shape": [1, N_FEATURES], "datatype": "FP32", "data": row.tolist()}],
+                "parameters": {"label": int(label)},
+            }
+            fh.write(json.dumps(request) + "\n")
     metrics: dict[str, float | int] = {
         "heldout_accuracy": round(accuracy, 6),
         "heldout_rows": len(y_test),
@@ -87,8 +113,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
     parser.add_argument("--seed", type=int, default=0, help="split and solver seed")
+    parser.add_argument(
+        "--shuffle-labels", action="store_true", help="train on permuted labels: a broken model, for the gate's test"
+    )
     args = parser.parse_args()
-    metrics = build(args.out, seed=args.seed)
+    metrics = build(args.out, seed=args.seed, shuffle_labels=args.shuffle_labels)
     print(f"digits: wrote {args.out / 'digits.onnx'} heldout_accuracy={metrics['heldout_accuracy']}")
 
 

@@ -1,0 +1,201 @@
+"""The gate: the serving model against a candidate on the same batches of a comparison set.
+
+Both models run in the consumer's runner on the set's batches at one batch size (:func:`producer_tools.evaluate.
+run_set`); then, per float output, the absolute difference ``|c - s|`` and the relative one ``|c - s| / max(|s|,
+1e-6)`` (max and mean over every value), and for an output of more than one value per row the cosine similarity of
+each row's vectors (min and mean over the rows: an embedding such as MiniLM's); the top-1 agreement of the two
+models' classes (:func:`producer_tools.evaluate.predictions`); the accuracy of each against the set's labels and its
+change; and rows/s and p99 per batch size of both (:func:`producer_tools.evaluate.timings`).
+
+Thresholds (:class:`Thresholds`, ``streaminfer-model gate`` flags) decide pass or fail; one left unset is reported and
+not judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from consumer.model.runner import OnnxRunner
+from producer_tools.evaluate import SetOutputs, accuracy, predictions, run_set, timings
+from producer_tools.modelset import ComparisonSet
+
+#: Denominator floor of the relative difference: values of the serving model nearer 0 than this count as this.
+REL_FLOOR = 1e-6
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What a candidate must meet (None: not judged).
+
+    Attributes:
+        min_agreement: top-1 agreement with the serving model, fraction of rows (default 0.99).
+        max_accuracy_drop: accuracy against the labels may fall by at most this, absolute (default 0.01).
+        min_cosine: the mean over rows of each row's cosine similarity, per float output of more than one value per
+            row (default 0.99).
+        min_row_cosine: the worst row's cosine similarity, likewise (default: not judged; an INT8 classifier's
+            probabilities reach 0.98 on a row whose classes are near a tie, with top-1 agreement still 1).
+        max_abs_diff: the largest absolute difference of any float output value (default: not judged).
+        max_mean_abs_diff: the mean absolute difference per float output (default: not judged).
+        max_p99_ratio: candidate p99 over serving p99, at every batch size timed (default: not judged).
+    """
+
+    min_agreement: float | None = 0.99
+    max_accuracy_drop: float | None = 0.01
+    min_cosine: float | None = 0.99
+    min_row_cosine: float | None = None
+    max_abs_diff: float | None = None
+    max_mean_abs_diff: float | None = None
+    max_p99_ratio: float | None = None
+
+
+@dataclass
+class Check:
+    """One judged (or reported) figure: what, its value, the threshold and whether it passed (None: not judged)."""
+
+    name: str
+    value: float | None
+    threshold: str = ""
+    passed: bool | None = None
+
+
+@dataclass
+class GateReport:
+    """A gate's figures and verdict."""
+
+    checks: list[Check] = field(default_factory=list)
+    outputs: dict[str, dict[str, float]] = field(default_factory=dict)
+    accuracy: dict[str, Any] = field(default_factory=dict)
+    performance: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    differences: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        """No judged check failed."""
+        return all(c.passed is not False for c in self.checks)
+
+    @property
+    def failed(self) -> list[Check]:
+        """The checks that failed."""
+        return [c for c in self.checks if c.passed is False]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (the differences themselves left out)."""
+        return {
+            "passed": self.passed,
+            "checks": [c.__dict__ for c in self.checks],
+            "outputs": self.outputs,
+            "accuracy": self.accuracy,
+            "performance": self.performance,
+        }
+
+
+def compare_outputs(serving: SetOutputs, candidate: SetOutputs) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """Per float output present in both: max/mean abs and rel difference, and (more than one value per row) min/mean
+    cosine similarity; with the absolute differences per value (for a plot).
+
+    Raises:
+        ValueError: the two runs' batches or an output's shapes differ (not the same set or not the same model
+            interface).
+    """
+    if serving.members != candidate.members:
+        raise ValueError("the two models did not run the same batches")
+    stats: dict[str, dict[str, float]] = {}
+    diffs: dict[str, Any] = {}
+    for name in serving.batches[0] if serving.batches else {}:
+        pairs = [(s[name], c.get(name)) for s, c in zip(serving.batches, candidate.batches, strict=True)]
+        if any(c is None for _, c in pairs) or serving.batches[0][name].dtype.kind != "f":
+            continue
+        abs_parts, rel_parts, cos_parts = [], [], []
+        for s, c in pairs:
+            assert c is not None
+            if s.shape != c.shape:
+                raise ValueError(f"output {name!r}: serving shape {s.shape}, candidate shape {c.shape}")
+            s64, c64 = s.astype(np.float64), c.astype(np.float64)
+            d = np.abs(c64 - s64)
+            abs_parts.append(d.ravel())
+            rel_parts.append((d / np.maximum(np.abs(s64), REL_FLOOR)).ravel())
+            if s.ndim >= 2 and s[0].size > 1:
+                sf, cf = s64.reshape(s.shape[0], -1), c64.reshape(c.shape[0], -1)
+                norms = np.linalg.norm(sf, axis=1) * np.linalg.norm(cf, axis=1)
+                cos_parts.append(np.sum(sf * cf, axis=1) / np.maximum(norms, 1e-30))
+        a, r = np.concatenate(abs_parts), np.concatenate(rel_parts)
+        entry = {
+            "max_abs": float(a.max()),
+            "mean_abs": float(a.mean()),
+            "max_rel": float(r.max()),
+            "mean_rel": float(r.mean()),
+        }
+        if cos_parts:
+            cos = np.concatenate(cos_parts)
+            entry["min_cosine"] = float(cos.min())
+            entry["mean_cosine"] = float(cos.mean())
+        stats[name] = entry
+        diffs[name] = a
+    return stats, diffs
+
+
+def gate(
+    serving: OnnxRunner,
+    candidate: OnnxRunner,
+    comparison: ComparisonSet,
+    thresholds: Thresholds,
+    *,
+    batch_size: int = 32,
+    batch_sizes: Sequence[int] = (1, 32),
+    label_output: str | None = None,
+    min_runs: int = 20,
+    max_seconds: float = 2.0,
+) -> GateReport:
+    """Run both models on the set's batches of ``batch_size`` rows, compare and judge.
+
+    Raises:
+        ValueError: the models' outputs cannot be compared (:func:`compare_outputs`).
+        consumer.errors.InferenceError: a batch failed.
+    """
+    t = thresholds
+    out_s, out_c = run_set(serving, comparison, batch_size), run_set(candidate, comparison, batch_size)
+    report = GateReport()
+    report.outputs, report.differences = compare_outputs(out_s, out_c)
+    ps, pc = predictions(out_s, label_output), predictions(out_c, label_output)
+    if ps is not None and pc is not None:
+        agreement = float(np.mean(ps[1] == pc[1]))
+        report.checks.append(_judge("top-1 agreement", agreement, t.min_agreement, at_least=True))
+    acc_s, acc_c = accuracy(out_s, comparison, label_output), accuracy(out_c, comparison, label_output)
+    if acc_s and acc_c:
+        change = acc_c["top1"] - acc_s["top1"]
+        report.accuracy = {"serving": acc_s["top1"], "candidate": acc_c["top1"], "change": round(change, 6)}
+        report.checks.append(Check("accuracy (serving)", acc_s["top1"]))
+        report.checks.append(Check("accuracy (candidate)", acc_c["top1"]))
+        drop = None if t.max_accuracy_drop is None else -t.max_accuracy_drop
+        report.checks.append(_judge("accuracy change", change, drop, at_least=True))
+    for name, entry in report.outputs.items():
+        report.checks.append(_judge(f"{name}: max abs diff", entry["max_abs"], t.max_abs_diff, at_least=False))
+        report.checks.append(_judge(f"{name}: mean abs diff", entry["mean_abs"], t.max_mean_abs_diff, at_least=False))
+        report.checks.append(Check(f"{name}: max rel diff", entry["max_rel"]))
+        report.checks.append(Check(f"{name}: mean rel diff", entry["mean_rel"]))
+        if "min_cosine" in entry:
+            report.checks.append(_judge(f"{name}: mean cosine", entry["mean_cosine"], t.min_cosine, at_least=True))
+            report.checks.append(_judge(f"{name}: min cosine", entry["min_cosine"], t.min_row_cosine, at_least=True))
+    perf_s = timings(serving, comparison, batch_sizes, min_runs=min_runs, max_seconds=max_seconds)
+    perf_c = timings(candidate, comparison, batch_sizes, min_runs=min_runs, max_seconds=max_seconds)
+    report.performance = {"serving": perf_s, "candidate": perf_c}
+    for s, c in zip(perf_s, perf_c, strict=True):
+        b = s["batch_size"]
+        report.checks.append(Check(f"rows/s at {b} (serving)", s["rows_per_s"]))
+        report.checks.append(Check(f"rows/s at {b} (candidate)", c["rows_per_s"]))
+        report.checks.append(Check(f"p99 ms at {b} (serving)", s["p99_ms"]))
+        ratio = c["p99_ms"] / max(s["p99_ms"], 1e-9)
+        report.checks.append(Check(f"p99 ms at {b} (candidate)", c["p99_ms"]))
+        report.checks.append(_judge(f"p99 ratio at {b}", ratio, t.max_p99_ratio, at_least=False))
+    return report
+
+
+def _judge(name: str, value: float, threshold: float | None, *, at_least: bool) -> Check:
+    if threshold is None:
+        return Check(name, value)
+    ok = value >= threshold if at_least else value <= threshold
+    return Check(name, value, (">= " if at_least else "<= ") + f"{threshold:g}", ok)

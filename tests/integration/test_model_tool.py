@@ -1,0 +1,280 @@
+"""streaminfer-model (record, set, gate) on real models and a real broker; the consumer's validation_record."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from producer_tools.model import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+from producer_tools.modelset import batches, read_set
+from producer_tools.produce import digits_requests, send_all
+from producer_tools.topics import ensure_topics
+from tests.integration.conftest import AppFactory, answers
+
+pytestmark = pytest.mark.integration
+
+QUICK = ["--max-seconds", "0.05", "--min-runs", "3"]
+
+
+def digits_set(digits_model: Path, out: Path) -> Path:
+    code = main(
+        [
+            "set",
+            "--model",
+            str(digits_model / "digits.onnx"),
+            "--jsonl",
+            str(digits_model / "requests.jsonl"),
+            "--label-field",
+            "parameters.label",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == EXIT_OK
+    return out
+
+
+@pytest.fixture(scope="module")
+def shuffled_digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """digits retrained on permuted labels: the same interface, a broken model."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("shuffled")
+    build = Path(__file__).resolve().parents[2] / "models" / "digits" / "build.py"
+    subprocess.run([sys.executable, str(build), "--out", str(out), "--shuffle-labels"], check=True, timeout=300)
+    return out / "digits.onnx"
+
+
+@pytest.fixture(scope="module")
+def mlp_digits(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Path:
+    from tests.mlp_model import build
+
+    return build(tmp_path_factory.mktemp("mlp") / "mlp.onnx", digits_model / "heldout.npz")
+
+
+def test_record_describes_the_model_the_runtime_and_the_set(digits_model: Path, tmp_path: Path) -> None:
+    model = digits_model / "digits.onnx"
+    comparison = digits_set(digits_model, tmp_path / "set.jsonl")
+    out = tmp_path / "digits.record.json"
+    argv = ["record", "--model", str(model), "--set", str(comparison), "--out", str(out), "--batch-sizes", "1,16"]
+    assert main([*argv, *QUICK]) == EXIT_OK
+    record = json.loads(out.read_text())
+    graph = onnx.load(str(model))
+    held = np.load(digits_model / "heldout.npz")
+    x, y = held["x"], held["y"]
+    assert record["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
+    assert record["model"]["name"] == "digits"
+    assert record["model"]["version"] == "1"
+    assert record["model"]["ir_version"] == graph.ir_version
+    assert record["model"]["opsets"] == {"ai.onnx": 17, "ai.onnx.ml": 1}  # each domain once (the export's fix)
+    assert record["model"]["producer"]["name"] == "streaminfer-models-digits"
+    assert set(record["model"]["operators"]) == {
+        "ai.onnx.ml/Scaler",
+        "ai.onnx.ml/LinearClassifier",
+        "ai.onnx.ml/Normalizer",
+    }
+    assert record["runtime"]["onnxruntime"] == ort.__version__
+    assert record["runtime"]["provider"] == "CPUExecutionProvider"
+    assert record["signature"]["inputs"] == {"input": ["FP32", [None, 64]]}
+    assert record["set"]["records"] == len(y)
+    assert record["set"]["labelled"] == len(y)
+    observed = record["inputs"]["input"]
+    assert observed["range"] == {"min": float(x.min()), "max": float(x.max())}
+    assert observed["percentiles"]["p50"] == pytest.approx(float(np.percentile(x.astype(np.float64), 50)))
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    label, proba = session.run(["label", "probabilities"], {"input": x})
+    assert record["accuracy"]["top1"] == round(float(np.mean(label == y)), 6)
+    assert sum(record["outputs"]["label"]["counts"].values()) == len(y)
+    assert record["outputs"]["probabilities"]["max"] == pytest.approx(float(proba.max()), rel=1e-6)
+    assert [p["batch_size"] for p in record["performance"]] == [1, 16]
+    assert all(p["rows_per_s"] > 0 and p["p99_ms"] >= p["p50_ms"] > 0 for p in record["performance"])
+
+
+def test_gate_exit_codes(digits_model: Path, shuffled_digits: Path, breast_cancer_model: Path, tmp_path: Path) -> None:
+    model = digits_model / "digits.onnx"
+    comparison = str(digits_set(digits_model, tmp_path / "set.jsonl"))
+    same = tmp_path / "same.onnx"
+    same.write_bytes(model.read_bytes())
+    record = tmp_path / "same.record.json"
+    base = ["gate", "--model", str(model), "--set", comparison, *QUICK]
+    assert main([*base, "--candidate", str(same), "--record-out", str(record)]) == EXIT_OK
+    assert json.loads(record.read_text())["sha256"] == hashlib.sha256(same.read_bytes()).hexdigest()
+
+    report = tmp_path / "broken.json"
+    assert main([*base, "--candidate", str(shuffled_digits), "--report", str(report)]) == EXIT_FAILED
+    figures = json.loads(report.read_text())
+    failed = {c["name"] for c in figures["checks"] if c["passed"] is False}
+    assert {"top-1 agreement", "accuracy change"} <= failed
+    assert not (shuffled_digits.with_suffix(".record.json")).exists()  # a failing candidate gets no record
+
+
+def test_gate_says_where_the_toolchain_does_not_apply(
+    digits_model: Path, breast_cancer_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    comparison = str(digits_set(digits_model, tmp_path / "set.jsonl"))
+    for variant in ("fp16", "int8-dynamic", "int8-static"):
+        argv = ["gate", "--model", str(digits_model / "digits.onnx"), "--set", comparison, "--variant", variant]
+        assert main([*argv, "--variant-out", str(tmp_path / f"{variant}.onnx")]) == EXIT_USAGE
+        assert "LinearClassifier (ai.onnx.ml)" in capsys.readouterr().err
+    trees = breast_cancer_model / "breast_cancer_features.onnx"
+    argv = ["gate", "--model", str(trees), "--set", comparison, "--variant", "int8-dynamic"]
+    assert main([*argv, "--variant-out", str(tmp_path / "trees.onnx")]) == EXIT_USAGE
+    assert "TreeEnsembleClassifier (ai.onnx.ml)" in capsys.readouterr().err
+    assert main(["gate", "--model", str(trees), "--set", str(tmp_path / "missing.jsonl"), "--variant", "fp16"]) == 2
+
+
+@pytest.mark.parametrize("variant", ["fp16", "int8-dynamic", "int8-static"])
+def test_gate_figures_match_a_direct_onnx_runtime_run(
+    variant: str, mlp_digits: Path, digits_model: Path, tmp_path: Path
+) -> None:
+    comparison = digits_set(digits_model, tmp_path / "set.jsonl")
+    candidate, report = tmp_path / f"{variant}.onnx", tmp_path / "report.json"
+    argv = ["gate", "--model", str(mlp_digits), "--set", str(comparison), "--variant", variant, *QUICK]
+    code = main([*argv, "--variant-out", str(candidate), "--report", str(report), "--batch-size", "32"])
+    assert code == EXIT_OK
+    figures = json.loads(report.read_text())
+    assert (tmp_path / f"{variant}.record.json").is_file()
+    # the same set, the same batches, in bare ONNX Runtime
+    loaded = read_set(comparison)
+    serving = ort.InferenceSession(str(mlp_digits), providers=["CPUExecutionProvider"])
+    other = ort.InferenceSession(str(candidate), providers=["CPUExecutionProvider"])
+    s_lab, c_lab, s_p, c_p = [], [], [], []
+    for feeds, _ in batches(loaded, 32):
+        a, pa = serving.run(["label", "probabilities"], feeds)
+        b, pb = other.run(["label", "probabilities"], feeds)
+        s_lab.append(a), c_lab.append(b), s_p.append(pa), c_p.append(pb)
+    diff = np.abs(np.concatenate(c_p).astype(np.float64) - np.concatenate(s_p))
+    agreement = float(np.mean(np.concatenate(s_lab) == np.concatenate(c_lab)))
+    checks = {c["name"]: c for c in figures["checks"]}
+    assert checks["top-1 agreement"]["value"] == pytest.approx(agreement)
+    assert figures["outputs"]["probabilities"]["max_abs"] == pytest.approx(float(diff.max()), rel=1e-9)
+    assert figures["outputs"]["probabilities"]["mean_abs"] == pytest.approx(float(diff.mean()), rel=1e-9)
+    labels = loaded.labels()
+    assert figures["accuracy"]["candidate"] == round(float(np.mean(np.concatenate(c_lab) == labels)), 6)
+    if variant != "fp16":
+        assert diff.max() > 0  # quantised: not the same numbers (a test of the comparison, too)
+
+
+def test_gate_compares_embeddings_by_cosine(text_model: tuple[Path, Path], tmp_path: Path) -> None:
+    model, tokenizer = text_model
+    texts = ["the quick brown fox", "kafka stream batch model", "consumer group commit offset", "the lazy dog"]
+    lines = [
+        orjson.dumps({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [t]}]}) for t in texts
+    ]
+    (tmp_path / "texts.jsonl").write_bytes(b"\n".join(lines * 5) + b"\n")
+    comparison = tmp_path / "set.jsonl"
+    argv = ["set", "--model", str(model), "--jsonl", str(tmp_path / "texts.jsonl"), "--out", str(comparison)]
+    assert main([*argv, "--tokenizer-path", str(tokenizer)]) == EXIT_OK
+    loaded = read_set(comparison)
+    assert len(loaded.records) == 20
+    assert loaded.records[0].inputs["input_ids"].shape == (1, 6)  # [CLS] 4 words [SEP]
+    report = tmp_path / "report.json"
+    argv = ["gate", "--model", str(model), "--set", str(comparison), "--variant", "fp16", *QUICK]
+    assert main([*argv, "--variant-out", str(tmp_path / "fp16.onnx"), "--report", str(report)]) == EXIT_OK
+    embedding = json.loads(report.read_text())["outputs"]["embedding"]
+    assert 0.999 < embedding["min_cosine"] <= embedding["mean_cosine"] <= 1.0 + 1e-9
+    assert 0 < embedding["max_abs"] < 0.01
+
+
+async def test_set_from_an_oip_requests_topic(
+    kafka_bootstrap: str, topics: dict[str, str], digits_model: Path, tmp_path: Path
+) -> None:
+    heldout = digits_model / "heldout.npz"
+    records = list(digits_requests(f"set-{uuid.uuid4().hex[:6]}", heldout, limit=40))
+    await send_all(kafka_bootstrap, topics["requests"], records, progress=False)
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_bytes(b"".join(orjson.dumps(r.manifest()) + b"\n" for r in records))
+    out = tmp_path / "set.jsonl"
+    argv = ["set", "--model", str(digits_model / "digits.onnx"), "--topic", topics["requests"], "--out", str(out)]
+    argv += ["--bootstrap-servers", kafka_bootstrap, "--manifest", str(manifest), "--count", "100"]
+    assert await asyncio.to_thread(main, argv) == EXIT_OK
+    loaded = read_set(out)
+    assert len(loaded.records) == 40
+    x, y = np.load(heldout)["x"][:40], np.load(heldout)["y"][:40]
+    by_row = {row.tobytes(): int(label) for row, label in zip(x, y, strict=True)}
+    for rec in loaded.records:
+        assert rec.inputs["input"].shape == (1, 64)
+        assert rec.label == by_row[rec.inputs["input"][0].tobytes()]  # the sent values, bit for bit, and labels
+        assert rec.source["topic"] == topics["requests"]
+    # by offsets: partition 0 only, from its third record
+    on_zero = sum(1 for rec in loaded.records if rec.source["partition"] == 0)
+    out2 = tmp_path / "p0.jsonl"
+    argv2 = ["set", "--model", str(digits_model / "digits.onnx"), "--topic", topics["requests"], "--out", str(out2)]
+    argv2 += ["--bootstrap-servers", kafka_bootstrap, "--offsets", "0:2"]
+    assert await asyncio.to_thread(main, argv2) == EXIT_OK
+    part = read_set(out2)
+    assert len(part.records) == on_zero - 2
+    assert {r.source["partition"] for r in part.records} == {0}
+    assert min(r.source["offset"] for r in part.records) == 2
+
+
+async def test_set_from_an_events_topic_with_labels(
+    kafka_bootstrap: str, breast_cancer_model: Path, tmp_path: Path
+) -> None:
+    topic = f"it-{uuid.uuid4().hex[:8]}.events"
+    await ensure_topics(kafka_bootstrap, {topic: 2})
+    events = [json.loads(line) for line in (breast_cancer_model / "events.jsonl").read_text().splitlines()][:30]
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        for i, event in enumerate(events):
+            body: dict[str, Any] = {k: v for k, v in event.items() if k != "expected_probability"}
+            await producer.send_and_wait(topic, orjson.dumps(body), partition=i % 2)
+    finally:
+        await producer.stop()
+    out = tmp_path / "events.set.jsonl"
+    model = breast_cancer_model / "breast_cancer.onnx"
+    argv = ["set", "--model", str(model), "--topic", topic, "--request-format", "json", "--out", str(out)]
+    argv += ["--bootstrap-servers", kafka_bootstrap, "--label-field", "expected_label"]
+    assert await asyncio.to_thread(main, argv) == EXIT_OK
+    loaded = read_set(out)
+    assert len(loaded.records) == len(events)
+
+    def key(radius: Any, texture: Any) -> tuple[Any, Any]:
+        return (np.float32(radius), np.float32(texture))
+
+    by_values = {key(e["mean_radius"], e["mean_texture"]): e for e in events}
+    assert len(by_values) == len(events)
+    for rec in loaded.records:
+        event = by_values[key(rec.inputs["mean_radius"][0, 0], rec.inputs["mean_texture"][0, 0])]
+        assert rec.label == event["expected_label"]
+        assert rec.inputs["worst_area"].dtype == np.float32
+        assert rec.inputs["worst_area"][0, 0] == np.float32(event["worst_area"])  # the consumer's mapping and cast
+        assert len(rec.inputs) == 30
+
+
+async def test_consumer_counts_values_outside_the_record_and_serves_them(
+    start_app: AppFactory, kafka_bootstrap: str, topics: dict[str, str], digits_model: Path, tmp_path: Path
+) -> None:
+    comparison = await asyncio.to_thread(digits_set, digits_model, tmp_path / "set.jsonl")
+    record = tmp_path / "digits.record.json"
+    argv = ["record", "--model", str(digits_model / "digits.onnx"), "--set", str(comparison), "--out", str(record)]
+    assert await asyncio.to_thread(main, [*argv, *QUICK, "--batch-sizes", "1"]) == EXIT_OK
+    app = await start_app(validation_record=record)
+    records = list(digits_requests(f"range-{uuid.uuid4().hex[:6]}", digits_model / "heldout.npz", limit=10))
+    from consumer.oip.client import encode_request
+
+    for i, value in ((3, 99.0), (7, -5.0)):  # valid FP32 rows, far outside 0..16 pixels
+        row = np.load(digits_model / "heldout.npz")["x"][i : i + 1].copy()
+        row[0, 5] = value
+        records[i] = dataclasses.replace(records[i], value=encode_request(records[i].correlation_id, {"input": row}))
+    await send_all(kafka_bootstrap, topics["requests"], records, progress=False)
+    report = await answers(kafka_bootstrap, topics, records)
+    assert not report.missing
+    assert report.dead_letters == 0
+    assert report.results == len(records)
+    value = app.metrics.registry.get_sample_value("streaminfer_input_out_of_range_total", {"input": "input"})
+    assert value == 2
