@@ -4,7 +4,7 @@ kubelet, each a child process in its own session with its log in ``<state>/logs/
 
 What this kind of machine needs (tried in issue 35):
 
-- kubelet: ``cgroupDriver: cgroupfs`` and ``failCgroupV1: false`` (cgroup v1, no systemd), ``--node-ip 127.0.0.1``;
+- kubelet: ``cgroupDriver: cgroupfs`` and ``failCgroupV1: false`` (cgroup v1, no systemd), node ``localhost``;
   pods use the host network (no CNI plugin runs), but containerd's CRI reports the network ready only once a CNI
   configuration is loaded, so a loopback-only one is written (never invoked for host-network pods);
 - containerd 1.6 (Debian): ``restrict_oom_score_adj = true`` (this VM forbids lowering ``oom_score_adj``), runc
@@ -33,7 +33,11 @@ from typing import Any
 from harness.cluster import K8S_VERSION, bin_dir, kubeconfig, pki, state_dir
 from harness.ports import free_port
 
-NODE_NAME = "streaminfer-node"
+#: The node's name and its ``Hostname`` address: the API server reaches the kubelet (logs, exec) by it
+#: (``--kubelet-preferred-address-types=Hostname``), so at 127.0.0.1, where the kubelet listens. Its InternalIP,
+#: which host-network pods get as their IP and the kubelet probes, is the host's default-route address: the kubelet
+#: refuses a loopback node IP ("nodeIP can't be loopback address").
+NODE_NAME = "localhost"
 #: The sandbox (pause) image's name in containerd (:mod:`harness.cluster.images` makes it).
 PAUSE_IMAGE = "streaminfer.local/pause:1"
 #: Components in start order; :func:`stop` goes the other way.
@@ -75,7 +79,13 @@ def _pid(name: str) -> int | None:
         return None
 
 
+#: The processes this Python process started (their exec may not have happened yet when first asked).
+_children: dict[str, subprocess.Popen[bytes]] = {}
+
+
 def _alive(name: str) -> bool:
+    if name in _children:
+        return _children[name].poll() is None
     pid = _pid(name)
     if pid is None:
         return False
@@ -101,6 +111,7 @@ def _spawn(name: str, argv: Sequence[str]) -> None:
             start_new_session=True,
             cwd=state,
         )
+    _children[name] = proc
     (state / "pids" / name).write_text(str(proc.pid))
 
 
@@ -216,6 +227,9 @@ def start(*, log: Callable[[str], None] = print) -> dict[str, float]:
     if running():
         log(f"cluster: already running (kubeconfig {kubeconfig()})")
         return {}
+    if any(_alive(name) for name in ORDER) or _our_processes(str(state)):
+        raise ClusterError(f"a cluster is partly running in {state}: make cluster-stop first")
+    shutil.rmtree(state, ignore_errors=True)  # a fresh start: no etcd data or ports of an earlier one
     for sub in ("containerd", "etcd", "kubelet", "pod-logs", "cni/net.d", "cni/bin", "logs", "pids"):
         (state / sub).mkdir(parents=True, exist_ok=True)
     pki.make(state / "pki")
@@ -299,6 +313,7 @@ def start(*, log: Callable[[str], None] = print) -> dict[str, float]:
             "--authorization-mode=Node,RBAC",
             f"--kubelet-client-certificate={p}/admin.crt",
             f"--kubelet-client-key={p}/admin.key",
+            "--kubelet-preferred-address-types=Hostname",
             "--profiling=false",
             "--v=1",
         ],
@@ -333,7 +348,6 @@ def start(*, log: Callable[[str], None] = print) -> dict[str, float]:
             f"--config={state / 'kubelet.yaml'}",
             f"--kubeconfig={kc}",
             f"--root-dir={state / 'kubelet'}",
-            "--node-ip=127.0.0.1",
             f"--hostname-override={NODE_NAME}",
             "--v=1",
         ],

@@ -12,6 +12,7 @@ period, PodDisruptionBudget.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -57,7 +58,9 @@ def ensure_image(image: str = IMAGE) -> None:
         )
 
 
-def write_test_overlay(folder: Path, ns: str, bootstrap: str, topics: dict[str, str], http_port: int) -> Path:
+def write_test_overlay(
+    folder: Path, ns: str, bootstrap: str, topics: dict[str, str], http_port: int, **settings: str
+) -> Path:
     """Write the test overlay (a kustomization over k8s/overlays/cpu) into ``folder``; returns it."""
     folder.mkdir(parents=True, exist_ok=True)
     config = {
@@ -69,6 +72,7 @@ def write_test_overlay(folder: Path, ns: str, bootstrap: str, topics: dict[str, 
         "STREAMINFER_DEAD_LETTER_TOPIC": topics["dlq"],
         "STREAMINFER_HTTP_PORT": str(http_port),
         "STREAMINFER_INTRA_OP_THREADS": "1",
+        **settings,
     }
     deployment = {
         "apiVersion": "apps/v1",
@@ -83,7 +87,6 @@ def write_test_overlay(folder: Path, ns: str, bootstrap: str, topics: dict[str, 
                         {
                             "name": "consumer",
                             "imagePullPolicy": "Never",
-                            "ports": [{"name": "http", "containerPort": http_port, "protocol": "TCP"}],
                             "resources": {
                                 "requests": {"cpu": "250m", "memory": "256Mi"},
                                 "limits": {"cpu": "2", "memory": "2Gi"},
@@ -107,6 +110,18 @@ def write_test_overlay(folder: Path, ns: str, bootstrap: str, topics: dict[str, 
                 )
             },
             {"patch": yaml.safe_dump(deployment)},
+            {  # the one port, renumbered (a strategic merge would add a second "http" port)
+                "target": {"kind": "Deployment", "name": "streaminfer"},
+                "patch": yaml.safe_dump(
+                    [
+                        {
+                            "op": "replace",
+                            "value": http_port,
+                            "path": "/spec/template/spec/containers/0/ports/0/containerPort",
+                        }
+                    ]
+                ),
+            },
         ],
     }
     (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
@@ -139,62 +154,116 @@ def _wait_rollout(kubectl: Kubectl, ns: str, timeout_s: int = 240) -> float:
     return time.monotonic() - t0
 
 
+Deploy = Callable[..., dict[str, Any]]
+
+
 @pytest.fixture
-def deployed(kubectl: Kubectl, namespace: Callable[[str], str], kafka_bootstrap: str, tmp_path: Path) -> dict[str, Any]:
-    """The cpu overlay deployed through the test overlay; its namespace, topics and the time to Ready."""
+def deploy(kubectl: Kubectl, namespace: Callable[[str], str], kafka_bootstrap: str, tmp_path: Path) -> Deploy:
+    """``deploy(**settings)``: the cpu overlay deployed through the test overlay (``settings``: more ConfigMap
+    entries); returns its namespace, topics, bootstrap and the seconds from apply to the rollout's end."""
     if not HELDOUT.is_file():
         pytest.fail("models/digits/artifacts/heldout.npz is missing (make model)", pytrace=False)
     ensure_image()
-    ns = namespace("pod")
-    tag = uuid.uuid4().hex[:8]
-    topics = {"requests": f"k8s-{tag}.requests", "results": f"k8s-{tag}.results", "dlq": f"k8s-{tag}.dlq"}
-    import asyncio
 
-    append = {"message.timestamp.type": "LogAppendTime"}
-    asyncio.run(
-        ensure_topics(
-            kafka_bootstrap,
-            {topics["requests"]: 4, topics["results"]: 4, topics["dlq"]: 1},
-            configs={topics["results"]: append, topics["dlq"]: append},
+    def make(**settings: str) -> dict[str, Any]:
+        ns = namespace("pod")
+        tag = uuid.uuid4().hex[:8]
+        topics = {"requests": f"k8s-{tag}.requests", "results": f"k8s-{tag}.results", "dlq": f"k8s-{tag}.dlq"}
+        append = {"message.timestamp.type": "LogAppendTime"}
+        asyncio.run(
+            ensure_topics(
+                kafka_bootstrap,
+                {topics["requests"]: 4, topics["results"]: 4, topics["dlq"]: 1},
+                configs={topics["results"]: append, topics["dlq"]: append},
+            )
         )
-    )
-    for secret, key in (("streaminfer", "password"), ("my-cluster-cluster-ca-cert", "ca.crt")):
-        kubectl("create", "secret", "generic", secret, "-n", ns, f"--from-literal={key}=placeholder")
-    folder = write_test_overlay(tmp_path / "overlay", ns, kafka_bootstrap, topics, free_port())
-    docs = render(folder, kubectl)
-    t0 = time.monotonic()
-    kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(docs))
-    _wait_rollout(kubectl, ns)
-    return {"ns": ns, "topics": topics, "bootstrap": kafka_bootstrap, "ready_s": time.monotonic() - t0}
+        for secret, key in (("streaminfer", "password"), ("my-cluster-cluster-ca-cert", "ca.crt")):
+            kubectl("create", "secret", "generic", secret, "-n", ns, f"--from-literal={key}=placeholder")
+        folder = write_test_overlay(tmp_path / ns, ns, kafka_bootstrap, topics, free_port(), **settings)
+        t0 = time.monotonic()
+        kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(render(folder, kubectl)))
+        _wait_rollout(kubectl, ns)
+        return {"ns": ns, "topics": topics, "bootstrap": kafka_bootstrap, "ready_s": time.monotonic() - t0}
+
+    return make
 
 
-def test_the_pod_is_ready_through_its_probe_and_answers_requests_from_outside(
-    deployed: dict[str, Any], kubectl: Kubectl
-) -> None:
+def test_the_pod_is_ready_through_its_probe_and_answers_requests_from_outside(deploy: Deploy, kubectl: Kubectl) -> None:
+    deployed = deploy()
     ns, topics, bootstrap = deployed["ns"], deployed["topics"], deployed["bootstrap"]
     pods = _pod_status(kubectl, ns)
     assert len(pods) == 1
     pod = pods[0]
     ready = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
     assert ready["Ready"] == "True"
-    container = pod["status"]["containerStatuses"][0]
-    assert container["restartCount"] == 0
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
     assert pod["spec"]["securityContext"]["runAsUser"] == 10001
-    import asyncio
 
     records = list(digits_requests(uuid.uuid4().hex[:6], HELDOUT, limit=500))
     t0 = time.monotonic()
     asyncio.run(send_all(bootstrap, topics["requests"], records, progress=False))
     expected = {r.correlation_id: r.manifest() for r in records}
     report = asyncio.run(collect(bootstrap, topics["results"], topics["dlq"], expected, 120, progress=False))
-    took = time.monotonic() - t0
     print(
-        f"cluster pod: Ready in {deployed['ready_s']:.1f} s after apply; {report.results} of {len(records)} "
-        f"answered in {took:.1f} s, missing {len(report.missing)}, duplicates {report.duplicates}, "
-        f"accuracy {report.accuracy}"
+        f"cluster pod: rollout done {deployed['ready_s']:.1f} s after apply; {report.results} of {len(records)} "
+        f"answered {time.monotonic() - t0:.1f} s after the first send, missing {len(report.missing)}, "
+        f"duplicates {report.duplicates}, accuracy {report.accuracy}"
     )
     assert report.missing == []
     assert report.results == len(records)
     assert report.dead_letters == 0
     assert report.accuracy is not None
     assert report.accuracy >= 0.9
+
+
+async def _disrupted(bootstrap: str, topic: str, records: list[Any], rate: float, disrupt: Callable[[], Any]) -> None:
+    """Send ``records`` at ``rate`` records/s and run ``disrupt`` (blocking: kubectl) in a thread once a third are
+    out; both awaited."""
+    sending = asyncio.create_task(send_all(bootstrap, topic, records, rate=rate, progress=False))
+    await asyncio.sleep(len(records) / rate / 3)
+    await asyncio.to_thread(disrupt)
+    await sending
+
+
+def test_a_pod_deleted_under_load_loses_nothing_and_answers_each_request_once(deploy: Deploy, kubectl: Kubectl) -> None:
+    """``kubectl delete pod`` (the kubelet's SIGTERM, the consumer's drain within the 30 s grace period) while
+    requests arrive, delivery exactly_once: the Deployment's next pod (scheduled once the old one is gone: the host
+    port is the node's) takes over from the committed offsets; read_committed sees every answer once."""
+    deployed = deploy(STREAMINFER_DELIVERY="exactly_once")
+    ns, topics, bootstrap = deployed["ns"], deployed["topics"], deployed["bootstrap"]
+    old = _pod_status(kubectl, ns)[0]["metadata"]["name"]
+    records = list(digits_requests(uuid.uuid4().hex[:6], HELDOUT, limit=3000))
+    timings: dict[str, float] = {}
+
+    def delete() -> None:
+        t0 = time.monotonic()
+        kubectl("delete", "pod", old, "-n", ns, "--wait=true", timeout_s=90)
+        timings["terminated_s"] = time.monotonic() - t0
+        timings["next_ready_s"] = _wait_rollout(kubectl, ns) + timings["terminated_s"]
+
+    t0 = time.monotonic()
+    asyncio.run(_disrupted(bootstrap, topics["requests"], records, 100.0, delete))
+    expected = {r.correlation_id: r.manifest() for r in records}
+    report = asyncio.run(
+        collect(
+            bootstrap,
+            topics["results"],
+            topics["dlq"],
+            expected,
+            180,
+            progress=False,
+            isolation_level="read_committed",
+            settle_s=5,
+        )
+    )
+    pods = _pod_status(kubectl, ns)
+    print(
+        f"cluster pod delete: old pod gone {timings['terminated_s']:.1f} s after kubectl delete, next Ready "
+        f"{timings['next_ready_s']:.1f} s after it; {report.results} of {len(records)} answered "
+        f"{time.monotonic() - t0:.1f} s after the first send, missing {len(report.missing)}, "
+        f"duplicates {report.duplicates}"
+    )
+    assert [p["metadata"]["name"] for p in pods] != [old]
+    assert report.missing == []
+    assert report.duplicates == 0
+    assert report.results == len(records)
