@@ -184,6 +184,10 @@ def test_benchmarks_page_has_the_generated_block() -> None:
     block = text[text.index(report.DOCS_BEGIN) : text.index(report.DOCS_END)]
     assert "\n| model | mode | setting | records | rec/s |" in block
     assert "\nbench: digits_vs_passthrough=" in block
+    assert "\n**Reading this run**" in block  # generated with the table,
+    assert "\n- **JSON events**" in block  # the events rows included
+    after = text[text.index(report.DOCS_END) :]
+    assert not re.search(r"\d{2},\d{3}|\b0\.\d\d\b", after), "docs/benchmarks.md: a run's figure outside the block"
     for plot in re.findall(r"\]\((bench/[^)]+)\)", block):
         assert (DOCS / plot).is_file(), plot
 
