@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench.plan import RATIOS, SPREAD_SUFFIX
+from harness.bench.reading import reading
 
 #: The closed-loop modes drawn in throughput.png.
 CLOSED_MODES = (
@@ -27,6 +28,8 @@ CLOSED_MODES = (
 #: The markers of the generated block in docs/benchmarks.md.
 DOCS_BEGIN, DOCS_END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
+#: The plots' width, inches at :data:`PLOT_DPI`: 1,001 pixels, about a page's width, so labels stay legible.
+PLOT_WIDTH_IN, PLOT_DPI = 9.1, 110
 #: The plots' captions on the benchmarks page.
 PLOT_CAPTIONS = {"throughput.png": "throughput and p99 per setting", "latency.png": "latency against offered load"}
 
@@ -57,32 +60,38 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     runs = [r for r in result["runs"] if r["model"] == "digits"]
-    closed = [r for r in runs if r["mode"] in CLOSED_MODES]
-    labels = [f"{r['mode']}\n{r['setting']}" for r in closed]
-    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(closed)), 4.5))
+    closed = [r for r in runs if r["mode"] in CLOSED_MODES and not r["extra"].get("round")]  # rounds: in the table
+    # One horizontal bar per run, its name on the left in full: the figure is PLOT_WIDTH_IN wide whatever the
+    # number of runs (about 1,000 px), and grows in height instead (a quarter inch a run).
+    labels = [f"{r['mode']} {r['setting']}" for r in closed]
+    fig, ax = plt.subplots(figsize=(PLOT_WIDTH_IN, 1.6 + 0.27 * len(closed)))
     colors = {"naive": "tab:red", "passthrough": "tab:gray", "decode-encode": "tab:olive", "bare-ort": "tab:green"}
-    ax.bar(labels, [r["throughput_rps"] for r in closed], color=[colors.get(r["mode"], "tab:blue") for r in closed])
-    ax.set_yscale("log")
-    ax.set_ylabel("throughput, records/s (log; bars)")
-    ax.set_title("digits: closed-loop throughput (bars) and open-loop p99 (dots) per mode and setting", fontsize=10)
-    ax.tick_params(axis="x", labelsize=7)
+    rows = range(len(closed))
+    ax.barh(rows, [r["throughput_rps"] for r in closed], color=[colors.get(r["mode"], "tab:blue") for r in closed])
+    ax.set_yticks(list(rows), labels, fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("throughput, records/s (log; bars)", fontsize=10)
+    ax.set_title("digits: closed-loop throughput (bars) and open-loop p99 (dots)", fontsize=11)
     timed = [(i, r["p99_ms"]) for i, r in enumerate(closed) if math.isfinite(r["p99_ms"])]
     if timed:
         rate = next((r["extra"].get("latency_at_rps") for r in closed if "latency_at_rps" in r["extra"]), None)
-        twin = ax.twinx()
-        twin.plot([i for i, _ in timed], [p for _, p in timed], "o", color="black")
-        twin.set_yscale("log")
-        twin.set_ylabel(f"p99 latency at {rate:.0f} rec/s, ms (log; dots)" if rate else "p99, ms")
+        twin = ax.twiny()
+        twin.plot([p for _, p in timed], [i for i, _ in timed], "o", color="black")
+        twin.set_xscale("log")
+        twin.set_xlabel(f"p99 latency at {rate:.0f} rec/s, ms (log; dots)" if rate else "p99 latency, ms (log; dots)")
     fig.tight_layout()
     paths = [out / "throughput.png"]
-    fig.savefig(paths[0], dpi=110)
+    fig.savefig(paths[0], dpi=PLOT_DPI)
     plt.close(fig)
 
     open_runs = [r for r in runs if r["mode"] == "open-loop"]
     if open_runs:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(PLOT_WIDTH_IN, 4.5))
         rates = [r["throughput_rps"] for r in open_runs]
         for key in ("p50_ms", "p95_ms", "p99_ms"):
+            if not any(math.isfinite(r[key]) for r in open_runs):
+                continue  # not measured: no empty legend entry
             ax.plot(rates, [r[key] for r in open_runs], marker="o", label=key.replace("_ms", ""))
         ax.set_xlabel("offered load, records/s")
         ax.set_ylabel("latency, ms (result append - request timestamp)")
@@ -90,7 +99,7 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
         ax.legend()
         fig.tight_layout()
         paths.append(out / "latency.png")
-        fig.savefig(paths[-1], dpi=110)
+        fig.savefig(paths[-1], dpi=PLOT_DPI)
         plt.close(fig)
     return paths
 
@@ -181,7 +190,8 @@ def markdown_table(runs: Sequence[dict[str, Any]]) -> str:
 
 def docs_block(result: dict[str, Any], lines: Sequence[str], plot_names: Sequence[str], day: str) -> str:
     """The generated block of docs/benchmarks.md: the run's date and machine, the table, the printed summary
-    ``lines`` (stages, rounds, vision, the bench line) and the plots (``plot_names``, in docs/bench/)."""
+    ``lines`` (stages, rounds, vision, the bench line), the reading of the run in words
+    (:func:`harness.bench.reading.reading`) and the plots (``plot_names``, in docs/bench/)."""
     cpus = result.get("machine", {}).get("cpus")
     machine = f", {cpus} CPU cores" if cpus else ""
     parts = [
@@ -193,6 +203,10 @@ def docs_block(result: dict[str, Any], lines: Sequence[str], plot_names: Sequenc
         "```text",
         *lines,
         "```",
+        "",
+        "**Reading this run** (generated from its figures with the table; `harness/bench/reading.py`):",
+        "",
+        *reading(result),
         "",
         *(f"![{PLOT_CAPTIONS.get(name, name)}](bench/{name})" for name in plot_names),
         DOCS_END,

@@ -1,10 +1,13 @@
-"""The commands of docs/events.md ("Scoring an existing topic") run as written: its shell blocks, one after another,
-in one bash script from the repository root, against a broker and a registry the page itself starts. Anything the
-script leaves running is stopped afterwards."""
+"""The commands of docs/events.md ("Scoring an existing topic") run as written: each shell block alone, in a fresh
+bash from the repository root (nothing carried over from another block: no variable, no broker), against a broker
+and a registry the block itself starts. Each ends with the truth: accuracy is the model's held-out accuracy
+(metrics.json), agreement with the direct ONNX Runtime run 1.0000. Anything a block leaves running is stopped
+afterwards."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -25,17 +28,21 @@ def shell_blocks(page: Path) -> list[str]:
 
 def test_the_pages_blocks_are_what_this_test_runs() -> None:
     blocks = shell_blocks(ROOT / "docs" / "events.md")
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     assert "--format json" in blocks[0]
     assert "--format avro" in blocks[1]
+    assert "--input-mapping models/breast_cancer/mapping.yaml" in blocks[2]
 
 
-def test_scoring_an_existing_topic_runs_as_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("number", [0, 1, 2], ids=["json", "avro", "mapping"])
+def test_each_block_runs_as_written_alone_in_a_fresh_shell(number: int, tmp_path: Path) -> None:
     if os.environ.get("SCHEMA_REGISTRY_URL"):
         pytest.skip("the page starts its own local registry; SCHEMA_REGISTRY_URL names another one")
-    script = "set -euo pipefail\n" + "\n".join(shell_blocks(ROOT / "docs" / "events.md"))
-    env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
-    env["KAFKA_LOCAL_STATE"] = str(tmp_path / "state")  # the page's broker and registry, apart from the suite's
+    script = "set -euo pipefail\n" + shell_blocks(ROOT / "docs" / "events.md")[number]
+    # a fresh shell: no variable a block sets (BOOTSTRAP, REGISTRY) nor the suite's broker and registry
+    fresh = {"BOOTSTRAP", "REGISTRY", "KAFKA_BOOTSTRAP_SERVERS", "SCHEMA_REGISTRY_URL"}
+    env = {k: v for k, v in os.environ.items() if k not in fresh}
+    env["KAFKA_LOCAL_STATE"] = str(tmp_path / "state")  # the block's broker and registry, apart from the suite's
     proc = subprocess.Popen(
         ["bash", "-c", script],
         cwd=ROOT,
@@ -53,10 +60,11 @@ def test_scoring_an_existing_topic_runs_as_written(tmp_path: Path) -> None:
         for stop in (["scripts/registry-local", "stop"], ["scripts/kafka-local", "stop"]):
             subprocess.run(stop, cwd=ROOT, env=env, capture_output=True, timeout=120, check=False)
     assert proc.returncode == 0, out[-4000:]
-    summaries = [line for line in out.splitlines() if line.startswith("results:")]
-    assert len(summaries) == 2, out[-4000:]
-    for line in summaries:  # every event answered, none dead-lettered, every label right
-        fields = dict(part.split("=", 1) for part in line.split()[1:])
-        assert fields["sent"] == fields["results"] == "114", line
-        assert fields["dead_letters"] == "0", line
-        assert fields["score_mismatches"] == "0", line  # each result's probability is the direct run's
+    (line,) = [line for line in out.splitlines() if line.startswith("results:")]
+    fields = dict(part.split("=", 1) for part in line.split()[1:])
+    assert fields["sent"] == fields["results"] == "114", line  # every event answered, none dead-lettered
+    assert fields["dead_letters"] == "0", line
+    metrics = json.loads((ROOT / "models" / "breast_cancer" / "artifacts" / "metrics.json").read_text())
+    assert fields["accuracy"] == f"{metrics['onnx_heldout_accuracy']:.4f}", line  # the truth: the model's own
+    assert fields["agreement"] == "1.0000", line  # every label the direct run's
+    assert fields["score_mismatches"] == "0", line  # each result's probability the direct run's

@@ -201,6 +201,10 @@ def test_benchmarks_page_has_the_generated_block() -> None:
     block = text[text.index(report.DOCS_BEGIN) : text.index(report.DOCS_END)]
     assert "\n| model | mode | setting | records | rec/s |" in block
     assert "\nbench: digits_vs_passthrough=" in block
+    assert "\n**Reading this run**" in block  # generated with the table,
+    assert "\n- **JSON events**" in block  # the events rows included
+    after = text[text.index(report.DOCS_END) :]
+    assert not re.search(r"\d{2},\d{3}|\b0\.\d\d\b", after), "docs/benchmarks.md: a run's figure outside the block"
     for plot in re.findall(r"\]\((bench/[^)]+)\)", block):
         assert (DOCS / plot).is_file(), plot
 
@@ -258,3 +262,26 @@ def test_each_events_block_starts_what_it_uses() -> None:
         used = set(re.findall(r"\$\{?([A-Z_]+)", block))
         assigned = set(re.findall(r"^([A-Z_]+)=", block, flags=re.M))
         assert used <= assigned, f"docs/events.md: a block reads {used - assigned} without setting it:\n{block}"
+
+
+# ------------------------------------------------------------------------------------------------ words
+GLOSSARY_TERMS = (
+    "consumer-group", "offset", "dead-letter", "micro-batch", "execution-provider", "schema-id", "subject",
+    "topicnamestrategy", "writer-schema-reader-schema", "ccompat", "oip",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("anchor", GLOSSARY_TERMS)
+def test_every_glossary_term_is_on_the_glossary_and_linked_from_a_page(anchor: str) -> None:
+    glossary = (DOCS / "glossary.md").read_text()
+    headings = {re.sub(r"[^a-z0-9]+", "-", h.lower()).strip("-") for h in re.findall(r"^### (.+)$", glossary, re.M)}
+    assert anchor in headings, f"docs/glossary.md: no heading for #{anchor}"
+    pages = [p for p in DOCS.glob("*.md") if p.name != "glossary.md"]
+    assert any(f"(glossary.md#{anchor})" in p.read_text() for p in pages), f"no page links glossary.md#{anchor}"
+
+
+def test_the_events_page_is_in_both_reading_lists() -> None:
+    index = (DOCS / "index.md").read_text()
+    quickstart = (DOCS / "quickstart.md").read_text()
+    assert "[Scoring an existing topic](events.md)" in index.split("## Where to read")[1]
+    assert "[Scoring an existing topic](events.md)" in quickstart.split("## Where next")[1]
