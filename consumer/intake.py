@@ -17,6 +17,7 @@ to ``streaminfer_preprocess_seconds`` once per record.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -36,6 +37,8 @@ from consumer.oip.chunk import decode_chunk
 from consumer.ops.metrics import Metrics
 from consumer.schema import ModelSignature
 from consumer.work import DecodedRequest, Limits, UndecodableRecord, Work
+
+log = logging.getLogger(__name__)
 
 
 class Intake:
@@ -107,6 +110,11 @@ class Intake:
         records = [rec for recs in fetched.values() for rec in recs]
         if not records:
             return []
+        # A rebalance (or a rewind) may run while this chunk waits below (the registry, the decode thread): the
+        # records of a partition revoked meanwhile, even one assigned back at once, are not this assignment's; the
+        # client reads them again from the committed offset, so they are dropped here untracked (the fate table's
+        # partition_revoked).
+        epochs = {tp: tracker.epoch(tp) for tp in fetched}
         if self.events is not None:
             await self.events.prepare([rec.value for rec in records], idle)
         started = self._clock()
@@ -120,6 +128,12 @@ class Intake:
         append = works.append
         first = 0
         for tp, recs in fetched.items():
+            if tracker.epoch(tp) != epochs[tp]:
+                log.info(
+                    "partition %s was revoked or rewound while %d of its records were decoded: dropped", tp, len(recs)
+                )
+                first += len(recs)
+                continue
             offsets = tracker.partition(tp)
             track = offsets.track
             topic, partition = tp.topic, tp.partition

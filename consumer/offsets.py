@@ -88,6 +88,12 @@ class OffsetTracker(Generic[K]):
 
     def __init__(self) -> None:
         self._partitions: dict[K, PartitionOffsets] = {}
+        self._epochs: dict[K, int] = {}  # per partition: how often it was forgotten or rewound
+
+    def epoch(self, tp: K) -> int:
+        """How often ``tp`` was forgotten (revoked) or rewound: records fetched before the number moved belong to an
+        assignment (or a read position) that is gone, and must not be tracked in the new one."""
+        return self._epochs.get(tp, 0)
 
     def partition(self, tp: K) -> PartitionOffsets:
         """The tracker of ``tp``'s current assignment, created on first use."""
@@ -118,6 +124,7 @@ class OffsetTracker(Generic[K]):
     def rewind(self, tp: K) -> None:
         """Start ``tp`` afresh (its records will be fetched again) but keep its committed position."""
         old = self._partitions.get(tp)
+        self._epochs[tp] = self._epochs.get(tp, 0) + 1
         fresh = self._partitions[tp] = PartitionOffsets()
         if old is not None:
             fresh.committed = fresh.commit_position = old.committed
@@ -126,6 +133,7 @@ class OffsetTracker(Generic[K]):
         """Drop revoked partitions; their detached trackers ignore late completions."""
         for tp in tps:
             self._partitions.pop(tp, None)
+            self._epochs[tp] = self._epochs.get(tp, 0) + 1
 
     @property
     def pending(self) -> int:
