@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import uuid
@@ -209,6 +210,13 @@ async def test_set_from_an_oip_requests_topic(
         assert rec.inputs["input"].shape == (1, 64)
         assert rec.label == by_row[rec.inputs["input"][0].tobytes()]  # the sent values, bit for bit, and labels
         assert rec.source["topic"] == topics["requests"]
+    # by time: everything before an hour from now; nothing from an hour from now
+    base = ["set", "--model", str(digits_model / "digits.onnx"), "--topic", topics["requests"]]
+    base += ["--bootstrap-servers", kafka_bootstrap, "--timeout-s", "5"]
+    later = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert await asyncio.to_thread(main, [*base, "--until", later, "--out", str(tmp_path / "t.jsonl")]) == EXIT_OK
+    assert len(read_set(tmp_path / "t.jsonl").records) == 40
+    assert await asyncio.to_thread(main, [*base, "--since", later, "--out", str(tmp_path / "none.jsonl")]) == 2
     # by offsets: partition 0 only, from its third record
     on_zero = sum(1 for rec in loaded.records if rec.source["partition"] == 0)
     out2 = tmp_path / "p0.jsonl"
