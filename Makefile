@@ -16,8 +16,9 @@ CONTAINER_TESTS ?= tests/integration/test_end_to_end.py tests/integration/test_o
 	tests/integration/test_exactly_once.py tests/integration/test_dlq.py tests/integration/test_containers.py
 
 .DEFAULT_GOAL := help
-.PHONY: help venv model demo test bench soak faults unit integration lint docs image-cpu image-gpu k8s kafka-start kafka-stop \
-	registry-start registry-stop clean lock lock-check docker-engine docker-engine-stop image-kafka image-e2e test-containers
+.PHONY: help venv model demo test bench soak faults unit integration lint docs docs-check docs-serve image-cpu image-gpu k8s kafka-start kafka-stop \
+	registry-start registry-stop clean lock lock-check docker-engine docker-engine-stop image-kafka image-e2e test-containers \
+	cluster cluster-stop test-cluster
 
 help: ## list the targets
 	@awk -v tag='$(IMAGE_TAG)' 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {gsub(/\$$\(IMAGE_TAG\)/, tag, $$2); printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -98,9 +99,18 @@ lint: $(STAMP) ## ruff, mypy --strict and the import layers (lint-imports)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
-docs: $(STAMP) ## regenerate docs/settings.md from consumer/config.py, then build the site into site/ (strict: broken links and anchors fail)
+docs: $(STAMP) ## regenerate docs/settings.md, fetch Mermaid (npm, cached), build the site into site/ (strict: broken links and anchors fail)
 	$(PY) scripts/settings_table.py
+	$(PY) -m harness.docsite vendor
 	$(VENV)/bin/zensical build --strict
+
+docs-check: docs ## open every page of site/ in headless Chromium: no console error, no request off the machine, diagrams drawn, links resolve
+	$(PY) -m harness.docsite check
+
+DOCS_ADDR ?= 127.0.0.1:8000
+docs-serve: $(STAMP) ## serve the site at http://127.0.0.1:8000/ (DOCS_ADDR=host:port), rebuilt as the pages change
+	$(PY) -m harness.docsite vendor
+	$(VENV)/bin/zensical serve --dev-addr $(DOCS_ADDR)
 
 docker-engine: $(STAMP) ## use the Docker engine that answers, or start one here (docker.io; own socket: prints DOCKER_HOST)
 	$(PY) -m harness.docker engine start
@@ -127,6 +137,15 @@ k8s: $(STAMP) ## render every overlay (cpu, gpu, cpu-hpa) into build/k8s-*.yaml
 	@mkdir -p build
 	@for overlay in k8s/overlays/*/; do name=$$(basename $$overlay); \
 		$(VENV)/bin/kubectl kustomize $$overlay > build/k8s-$$name.yaml && echo "build/k8s-$$name.yaml"; done
+
+cluster: $(STAMP) ## a one-node Kubernetes on loopback (binaries built once into ~/.cache/streaminfer/k8s; CRDs installed); prints KUBECONFIG
+	$(PY) -m harness.cluster start
+
+cluster-stop: $(STAMP) ## stop the one-node cluster and remove everything it wrote (.cluster/, its cgroups)
+	$(PY) -m harness.cluster stop
+
+test-cluster: $(STAMP) $(MODEL) ## every overlay applied to the running cluster, the CPU image as a pod serving (needs make cluster, make image-cpu)
+	CLUSTER_TESTS_REQUIRED=1 $(PY) -m pytest tests/cluster $(PYTEST_ARGS)
 
 kafka-start: ## start the local KRaft broker (prints its bootstrap address; scripts/kafka-local --help for more)
 	scripts/kafka-local start

@@ -24,11 +24,11 @@ import numpy as np
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
+from consumer.answers.enrich import check_enriched
 from consumer.app import StreamInferApp
 from consumer.budget import budget_problem, memory_limit_bytes
 from consumer.config import Settings, load_settings
 from consumer.errors import ConfigError, ModelError, RecordError
-from consumer.events.enrich import check_enriched
 from consumer.events.mapping import load_mapping
 from consumer.kafka.security import secret_values
 from consumer.model.record import check_model, load_record
@@ -64,7 +64,7 @@ async def serve_until_signal(app: StreamInferApp, checks: HealthChecks) -> int:
     except KafkaError as exc:
         log.error("cannot start on bootstrap_servers=%s: %r", app.settings.bootstrap_servers, exc)
         return EXIT_KAFKA
-    except ConfigError as exc:  # the requests topic is missing; a result schema refused
+    except ConfigError as exc:  # a topic missing; the registry URL not its API; a mapped field absent
         log.error("%s", exc)
         return EXIT_CONFIG
     except ModelError as exc:  # the requests subject's latest writer schema cannot feed the model

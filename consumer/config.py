@@ -483,15 +483,21 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     return problems
 
 
+def did_you_mean(message: str, flags: Sequence[str]) -> str:
+    """`` (did you mean --flag?)`` for the first ``--word`` of argparse's error ``message`` that is no flag of
+    ``flags`` but close to one (difflib, ratio >= 0.8); "" otherwise. The user tools' parsers use it too."""
+    words = (word.split("=")[0] for word in message.replace(",", " ").split() if word.startswith("--"))
+    bad = next((word for word in words if word not in flags), None)
+    close = difflib.get_close_matches(bad, flags, n=1, cutoff=0.8) if bad else []
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line, with the closest real flag, as a :class:`ConfigError`."""
 
     def error(self, message: str) -> NoReturn:
         flags = [f"--{name.replace('_', '-')}" for name in Settings.model_fields]
-        bad = next((word for word in message.replace(",", " ").split() if word.startswith("--")), None)
-        close = difflib.get_close_matches(bad.split("=")[0], flags, n=1, cutoff=0.8) if bad else []
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ConfigError(f"{message}{hint}; --help lists every flag")
+        raise ConfigError(f"{message}{did_you_mean(message, flags)}; --help lists every flag")
 
 
 def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:

@@ -12,8 +12,10 @@ Hierarchy::
         └── InferenceError            ONNX Runtime failed, or its output broke the contract, for this record
 
 ``RecordError.retriable`` is False for every reason in this set: a poison record is the same poison on the
-next try. Transport errors (the broker, the network) are aiokafka's own: the client retries them itself, and a
-write that still fails is retried by the publisher (:mod:`consumer.delivery.publisher`) with backoff. Two classes of
+next try; only an :class:`InferenceError` whose failure is ``transient`` (out of memory) is retriable. What each
+class leads to (retry, wait, dead-letter, drop, the size ladder) is decided in one table: :mod:`consumer.fate`.
+Transport errors (the broker, the network) are aiokafka's own: the client retries them itself, and a write that still
+fails is retried by the publisher (:mod:`consumer.delivery.publisher`) with backoff. Two classes of
 them change what is retried:
 
 - :data:`TOO_LARGE`: the broker (or the client's own ``max_request_size`` check) refused a write as too large;
@@ -42,8 +44,9 @@ class DeadLetterReason(StrEnum):
 
     The value is written to the dead letter's ``streaminfer.error.reason`` header (the readable message and the
     exception class go to Kafka Connect's ``__connect.errors.exception.message`` and ``.class.name``:
-    :mod:`consumer.oip.records`). New reasons are added here and in the reasons table of docs/record-contract.md, which
-    names the function that assigns each (a doc test checks both).
+    :mod:`consumer.answers.records`). New reasons are added here, with their action in :data:`consumer.fate.REASONS`,
+    and in the reasons table of docs/record-contract.md, which names the function that assigns each (a doc test
+    checks all three).
     """
 
     INVALID_JSON = "invalid_json"
@@ -139,12 +142,16 @@ class RecordError(StreamInferError):
         message: a human-readable explanation naming the input, value or limit at fault.
     """
 
-    retriable = False
-
     def __init__(self, reason: DeadLetterReason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+
+    @property
+    def retriable(self) -> bool:
+        """Whether the same record may pass on a retry (read by :func:`consumer.fate.of_inference`): never, but for
+        a transient :class:`InferenceError`."""
+        return False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.reason.value!r}, {self.message!r})"
@@ -166,6 +173,11 @@ class InferenceError(RecordError):
     """
 
     transient: str | None = None
+
+    @property
+    def retriable(self) -> bool:
+        """A transient failure (``transient`` set: out of memory) may pass when the batch runs again."""
+        return self.transient is not None
 
 
 #: Failures of ONNX Runtime that may pass when the batch runs again: (reason, lower-case substrings of the message).

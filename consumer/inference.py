@@ -10,10 +10,8 @@
   dimension against the batch's rows. A batch whose failure is transient (out of memory) runs again after a
   capped exponential backoff, ``inference_retries`` times; a batch that still fails is bisected until the culprit
   is alone: its neighbours get their results, only it is dead-lettered (``inference_error``).
-- **Answer**: outputs cut back per request (per-token outputs of sequence models also to the request's own
-  length); a record whose outputs hold NaN or Inf is ``non_finite_output``; responses are encoded for the whole
-  batch at once (:class:`~consumer.oip.encode.BatchEncoder`), record by record only where a request asked for some
-  outputs or the binary extension.
+- **Answer**: the batch's outputs go to the answers room (:class:`consumer.answers.outputs.Answers`), which cuts
+  them per request, dead-letters non-finite ones and encodes the responses (or enriched events).
 
 Time goes to ``streaminfer_stage_seconds_total`` (assemble, infer, encode); ``streaminfer_inference_seconds`` and
 ``streaminfer_batch_rows`` are observed once per batch that ran.
@@ -29,17 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from consumer.errors import DeadLetterReason, InferenceError, RecordError
-from consumer.events.enrich import EnrichedAnswers
+from consumer import fate
+from consumer.answers.outputs import Answers
+from consumer.errors import InferenceError
 from consumer.model.buffers import BatchBuffers
-from consumer.model.runner import OnnxRunner, non_finite_outputs, split
+from consumer.model.runner import OnnxRunner
 from consumer.model.sequence import CPU_BUCKETS, GPU_BUCKETS, bucket, length_buckets
 from consumer.model.session import CPU
-from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
-from consumer.oip.proto import response as proto_response
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing
-from consumer.schema import floating
 from consumer.timeouts import Backoff
 from consumer.work import DecodedRequest, Work, loggable
 
@@ -70,8 +66,8 @@ class BatchRunner:
             after ``backoff``'s pause (awaited with ``sleep``: the event loop, heartbeats included, runs meanwhile),
             before it is bisected.
         tracing: a span per batch run (:mod:`consumer.ops.tracing`), or None.
-        enriched: events with enriched results: their encoder (:class:`consumer.events.enrich.EnrichedAnswers`);
-            None: OIP responses.
+        answers: turns the batch's outputs into each record's answer (:class:`consumer.answers.outputs.Answers`);
+            None: OIP responses for ``runner``'s model.
 
     Attributes:
         batch_tokens: the batcher's token budget (rows x length bucket), tokens; None for other models.
@@ -90,10 +86,10 @@ class BatchRunner:
         backoff: Backoff | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         tracing: Tracing | None = None,
-        enriched: EnrichedAnswers | None = None,
+        answers: Answers | None = None,
     ) -> None:
         self.runner = runner
-        self._enriched = enriched
+        self._answers = answers or Answers(runner.signature)
         self._tracing = tracing
         self._retries = retries
         self._backoff = backoff or Backoff()
@@ -108,9 +104,6 @@ class BatchRunner:
             default = CPU_BATCH_TOKENS if cpu else GPU_BATCH_TOKENS
             self.batch_tokens = default if max_batch_tokens is None else max_batch_tokens
             self.buckets = length_buckets(self._sequence.max_length, CPU_BUCKETS if cpu else GPU_BUCKETS)
-        self._names = runner.signature.output_names
-        self._per_token = {o.name for o in runner.signature.outputs if len(o.shape) >= 2 and o.shape[1] is None}
-        self._encoder = BatchEncoder(runner.signature)
         self._executor: ThreadPoolExecutor | None = None
         #: Run batches on the event loop: the largest batch computed in under INLINE_BELOW_S at warmup.
         self.inline = runner.batch_seconds is not None and runner.batch_seconds < INLINE_BELOW_S
@@ -169,7 +162,8 @@ class BatchRunner:
                     outputs = await loop.run_in_executor(self._executor, self.runner.run, feeds, rows)
                 break
             except InferenceError as err:
-                if err.transient is not None and attempt < self._retries:
+                action = fate.of_inference(err, attempt, self._retries, alone=len(batch) == 1)
+                if action is fate.Action.RETRY:
                     # The same batch again: its records keep their place (answers are published in offset order).
                     delay = self._backoff.delay(attempt)
                     log.warning("inference failed transiently (%s), retry %d of %d in %.2f s: %s",
@@ -179,7 +173,7 @@ class BatchRunner:
                     await self._sleep(delay)
                     ran = self._clock()
                     continue
-                if len(batch) == 1:
+                if action is fate.Action.DEAD_LETTER:
                     batch[0].error = err
                     log.warning("inference failed for correlation_id=%s: %s", loggable(batch[0].correlation_id), err)
                     return
@@ -195,7 +189,7 @@ class BatchRunner:
         self._stages["infer"].inc(done - ran)
         self._metrics.inference_seconds.observe(done - ran)
         self._metrics.batch_rows.observe(rows)
-        self._answer(batch, requests, outputs, length)
+        self._answers.shape(batch, requests, outputs, length)
         self._stages["encode"].inc(self._clock() - done)
 
     def _assemble(self, requests: Sequence[DecodedRequest], buffers: BatchBuffers) -> tuple[dict[str, Any], int, int]:
@@ -221,98 +215,6 @@ class BatchRunner:
         real = sum(r.rows * r.length for r in requests)
         self._metrics.batch_padding_ratio.observe(rows * length / max(1, real))
         return feeds, rows, length
-
-    def _answer(
-        self, batch: Sequence[Work], requests: Sequence[DecodedRequest], outputs: dict[str, np.ndarray], length: int
-    ) -> None:
-        """Set each item's result (or error) from the batch's outputs."""
-        if self._enriched is not None:  # events: one row each, every output, enriched
-            self._answer_batch(batch, requests, outputs)
-            return
-        if self._sequence is None and all(r.outputs is None and not r.binary_output for r in requests):
-            try:
-                self._answer_batch(batch, requests, outputs)
-                return
-            except (KeyError, TypeError, ValueError):  # an output OIP JSON cannot carry: say so record by record
-                pass
-        names = self._names
-        signature = self.runner.signature
-        parts = split(outputs, [r.rows for r in requests], signature.whole_outputs)
-        for work, request, part in zip(batch, requests, parts, strict=True):
-            chosen = [(n, self._unpad(n, part[n], length, request.length)) for n in (request.outputs or names)]
-            bad = non_finite_outputs(dict(chosen))
-            if bad:
-                work.error = InferenceError(
-                    DeadLetterReason.NON_FINITE_OUTPUT, f"outputs {bad} hold NaN or Inf for this record"
-                )
-                continue
-            response_id = work.correlation_id.decode("utf-8", "backslashreplace")
-            try:
-                if request.protobuf:
-                    work.result = proto_response(*encode_response_binary(response_id, signature, chosen))
-                elif request.binary_output:
-                    work.result, work.result_json_length = encode_response_binary(response_id, signature, chosen)
-                else:
-                    work.result = encode_response(response_id, signature, chosen)
-            except (KeyError, TypeError, ValueError) as exc:  # an output dtype OIP JSON cannot carry
-                work.error = InferenceError(
-                    DeadLetterReason.INFERENCE_ERROR, f"response cannot be encoded: {type(exc).__name__}: {exc}"
-                )
-
-    def _answer_batch(
-        self, batch: Sequence[Work], requests: Sequence[DecodedRequest], outputs: dict[str, np.ndarray]
-    ) -> None:
-        """Every output for every request, encoded for the whole batch; non-finite rows found with one check."""
-        rows = [r.rows for r in requests]
-        chosen = [(name, outputs[name]) for name in self._names]
-        results: Sequence[bytes | RecordError]
-        if self._enriched is not None:
-            results = self._enriched.encode(batch, outputs)
-        else:
-            ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in batch]
-            results = self._encoder.encode(ids, rows, chosen)
-        bad_rows = None
-        whole = self.runner.signature.whole_outputs
-        total = sum(rows)
-        for name, arr in chosen:
-            if floating(arr.dtype):
-                if name in whole:  # no batch axis: NaN in it spoils every response
-                    finite = np.full(total, bool(np.isfinite(arr).all()))
-                else:
-                    finite = np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
-                if not bool(finite.all()):
-                    bad_rows = ~finite if bad_rows is None else bad_rows | ~finite
-        if bad_rows is None:
-            for work, result in zip(batch, results, strict=True):
-                if isinstance(result, RecordError):  # the enriched encoder's
-                    work.error = result
-                else:
-                    work.result = result
-            return
-        start = 0
-        for work, n, result in zip(batch, rows, results, strict=True):
-            if bool(bad_rows[start : start + n].any()):
-                names = [
-                    name
-                    for name, arr in chosen
-                    if floating(arr.dtype)
-                    and not bool(np.isfinite(arr if name in whole else arr[start : start + n]).all())
-                ]
-                work.error = InferenceError(
-                    DeadLetterReason.NON_FINITE_OUTPUT, f"outputs {names} hold NaN or Inf for this record"
-                )
-            elif isinstance(result, RecordError):
-                work.error = result
-            else:
-                work.result = result
-            start += n
-
-    def _unpad(self, name: str, arr: Any, padded: int, length: int) -> Any:
-        """A per-token output (axis 1 dynamic in the graph and equal to the padded length, e.g. token embeddings
-        ``[rows, sequence, dim]``) cut back to the request's own length."""
-        if not padded or length >= padded or arr.ndim < 2 or arr.shape[1] != padded:
-            return arr
-        return arr[:, :length] if name in self._per_token else arr
 
 
 def _block_runs(requests: Sequence[DecodedRequest]) -> list[tuple[Mapping[str, np.ndarray], int, int]] | None:

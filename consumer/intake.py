@@ -23,6 +23,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from consumer.answers.headers import correlation_id
 from consumer.errors import DeadLetterReason, DecodeError
 from consumer.events.decode import TOMBSTONE, EventDecoder
 from consumer.events.registry import Idle
@@ -32,7 +33,6 @@ from consumer.model.sequence import TextEncoder
 from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
 from consumer.oip.chunk import decode_chunk
-from consumer.oip.wire import correlation_id
 from consumer.ops.metrics import Metrics
 from consumer.schema import ModelSignature
 from consumer.work import DecodedRequest, Limits, UndecodableRecord, Work

@@ -16,7 +16,7 @@ it along each arrow, and the fields that show each state::
     answered: at_least_once: delivery.publisher.Publisher.answered sets ``answered``; the answer is written once
        |      every earlier record of its partition is answered too (``order``: :class:`PartitionOrder`).
        |      exactly_once: the window writes a fetched chunk, in offset order, once all its micro-batches ran
-       +--delivery.publisher.SizeLadder--> still answered, rewritten: ``solo`` (sent alone), then error
+       +--answers.ladder.SizeLadder-->   still answered, rewritten: ``solo`` (sent alone), then error
        |                                   result_too_large with ``reduced`` (the reduced dead letter)
        v
     acknowledged: the broker acknowledged its result or dead letter (``acked``; exactly_once: its transaction
@@ -76,7 +76,7 @@ class Event:
         fields: the event as decoded (a JSON object, or the Avro record as fastavro reads it with logical types
             left raw: :mod:`consumer.events.avro`).
         raw: the event's own bytes: the JSON object (a registry's frame left out), or the Avro datum after the
-            frame; an enriched result is spliced from them (:mod:`consumer.events.enrich`).
+            frame; an enriched result is spliced from them (:mod:`consumer.answers.enrich`).
         schema_id: Avro: the writer schema's ID in the registry; None for JSON.
     """
 

@@ -39,9 +39,9 @@ from pathlib import Path
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from consumer.answers.headers import CORRELATION_HEADER
+from consumer.answers.records import REQUEST_TIMESTAMP_HEADER
 from consumer.oip.client import encode_request
-from consumer.oip.records import REQUEST_TIMESTAMP_HEADER
-from consumer.oip.wire import CORRELATION_HEADER
 from harness.bench.data import digits_backlog, digits_rows
 from harness.bench.measure import PARTITIONS, new_topics, throughput
 from harness.process import ConsumerProcess

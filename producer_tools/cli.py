@@ -1,4 +1,5 @@
-"""What the command-line tools share: one-line Kafka errors, and the client library kept quiet.
+"""What the command-line tools share: their argument parser (a mistyped flag answered with the closest real one, as
+the consumer does), one-line Kafka errors, and the client library kept quiet.
 
 A tool reports its own failure in one line (what failed, the broker asked, what was done so far), so the Kafka
 client's records would only repeat it: while a broker is unreachable the client logs each failed connection and
@@ -8,13 +9,42 @@ below CRITICAL from the terminal.
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import logging
 import os
-from typing import Any
+import re
+from typing import Any, NoReturn
+
+from consumer.config import did_you_mean
 
 #: The broker the tools use without ``--bootstrap-servers``: ``KAFKA_BOOTSTRAP_SERVERS`` (what ``kafka-local run``
 #: sets for the command it runs), else the Kafka default.
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+class ToolParser(argparse.ArgumentParser):
+    """argparse whose one-line error (exit 2) adds the closest real flag to a mistyped one, sub-commands' flags
+    included (``unrecognized arguments: --limt 5 (did you mean --limit?)``), or the closest sub-command to a
+    mistyped one. Its sub-commands' parsers are of this class too (argparse makes them so)."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = did_you_mean(message, self.flags())
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice and not hint:
+            close = difflib.get_close_matches(choice[1], re.findall(r"'([^']*)'", choice[2]), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+        self.exit(2, f"{self.prog}: {message}{hint}; --help lists every flag\n")
+
+    def flags(self) -> list[str]:
+        """Every ``--flag`` of this parser and of its sub-commands."""
+        found = [option for option in self._option_string_actions if option.startswith("--")]
+        for action in self._actions:
+            subs = action.choices.values() if isinstance(action.choices, dict) else ()
+            for sub in subs:
+                if isinstance(sub, ToolParser):
+                    found += [option for option in sub.flags() if option not in found]
+        return found
 
 
 def default_bootstrap() -> str:

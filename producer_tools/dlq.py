@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import os
 import sys
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Sequence
@@ -43,8 +44,8 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
-from consumer.errors import DeadLetterReason
-from consumer.oip.records import (
+from consumer.answers.headers import CORRELATION_HEADER
+from consumer.answers.records import (
     FIRST_OFFSET_HEADER,
     OFFSET_HEADER,
     PARTITION_HEADER,
@@ -52,8 +53,9 @@ from consumer.oip.records import (
     TOPIC_HEADER,
     VALUE_DROPPED_HEADER,
 )
-from consumer.oip.wire import CORRELATION_HEADER
-from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from consumer.errors import DeadLetterReason
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.security import Security, add_security, security_of
 from producer_tools.topics import TopicMissingError
 
 #: Header counting how often a request was replayed from the dead-letter topic (decimal text).
@@ -233,6 +235,7 @@ async def read(
     topic: str,
     progress: bool,
     ends: dict[TopicPartition, int] | None = None,
+    security: Security = None,
 ) -> AsyncIterator[DeadLetter]:
     """Every dead letter of ``topic`` from the consumer's positions (its group's committed offsets, else the
     earliest) up to the end offsets when the read began (written into ``ends``: what a reader in a group commits
@@ -241,7 +244,7 @@ async def read(
     Raises:
         KafkaError: the topic does not exist or the broker cannot be reached.
     """
-    parts = await partitions_of(bootstrap_servers, topic)
+    parts = await partitions_of(bootstrap_servers, topic, security)
     tps = [TopicPartition(topic, p) for p in sorted(parts)]
     consumer.assign(tps)
     ends = {} if ends is None else ends
@@ -266,7 +269,7 @@ async def read(
                     left.pop(tp, None)
 
 
-async def partitions_of(bootstrap_servers: str, topic: str) -> set[int]:
+async def partitions_of(bootstrap_servers: str, topic: str, security: Security = None) -> set[int]:
     """``topic``'s partitions. The consumer's own metadata covers only topics it subscribed to, and a group
     subscription would rebalance, so the partitions are asked of the cluster (the admin client's metadata request).
 
@@ -274,7 +277,7 @@ async def partitions_of(bootstrap_servers: str, topic: str) -> set[int]:
         TopicMissingError: the topic does not exist.
         KafkaError: the broker cannot be reached.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="streaminfer-dlq")
+    admin = AIOKafkaAdminClient(**(security or {}), bootstrap_servers=bootstrap_servers, client_id="streaminfer-dlq")
     await admin.start()
     try:
         described = await admin.describe_topics([topic])
@@ -286,10 +289,12 @@ async def partitions_of(bootstrap_servers: str, topic: str) -> set[int]:
     return {int(p["partition"]) for p in found[0]["partitions"]}
 
 
-def consumer_for(bootstrap_servers: str, group: str | None = None) -> AIOKafkaConsumer:
+def consumer_for(bootstrap_servers: str, group: str | None = None, security: Security = None) -> AIOKafkaConsumer:
     """A reader of the dead-letter topic: no auto commit; in ``group`` (replay) or in none (summary, show).
-    ``read_committed``: dead letters of an aborted exactly_once transaction were never delivered."""
+    ``read_committed``: dead letters of an aborted exactly_once transaction were never delivered. ``security``:
+    aiokafka's TLS/SASL keyword arguments (:meth:`producer_tools.security.ClientSecurity.kwargs`)."""
     return AIOKafkaConsumer(
+        **(security or {}),
         bootstrap_servers=bootstrap_servers,
         group_id=group,
         enable_auto_commit=False,
@@ -299,14 +304,16 @@ def consumer_for(bootstrap_servers: str, group: str | None = None) -> AIOKafkaCo
     )
 
 
-async def selected(args: argparse.Namespace, chosen: Selection) -> list[DeadLetter]:
+async def selected(args: argparse.Namespace, chosen: Selection, security: Security = None) -> list[DeadLetter]:
     """The selected dead letters of ``args.dead_letter_topic`` (no group: the whole topic)."""
-    consumer = consumer_for(args.bootstrap_servers)
+    consumer = consumer_for(args.bootstrap_servers, None, security)
     await start(consumer)
     try:
         return [
             letter
-            async for letter in read(consumer, args.bootstrap_servers, args.dead_letter_topic, args.progress)
+            async for letter in read(
+                consumer, args.bootstrap_servers, args.dead_letter_topic, args.progress, None, security
+            )
             if chosen.picks(letter)
         ]
     finally:
@@ -470,7 +477,7 @@ def refusal(letter: DeadLetter, max_replays: int) -> str | None:
     return None
 
 
-async def replay(args: argparse.Namespace, chosen: Selection) -> ReplayReport:
+async def replay(args: argparse.Namespace, chosen: Selection, security: Security = None) -> ReplayReport:
     """Send the selected dead letters to ``args.to``; commit the group's offsets when all were acknowledged.
 
     Raises:
@@ -479,19 +486,21 @@ async def replay(args: argparse.Namespace, chosen: Selection) -> ReplayReport:
     """
     group = args.group or f"streaminfer-dlq-replay-{args.dead_letter_topic}-{args.to}-{chosen.tag()}"
     report = ReplayReport(group=group)
-    consumer = consumer_for(args.bootstrap_servers, group)
+    consumer = consumer_for(args.bootstrap_servers, group, security)
     producer: AIOKafkaProducer | None = None
     try:
         await start(consumer)
         if not args.dry_run:
-            producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap_servers, acks="all", enable_idempotence=True,
-                                        client_id="streaminfer-dlq-replay")  # fmt: skip
+            producer = AIOKafkaProducer(**(security or {}), bootstrap_servers=args.bootstrap_servers, acks="all",
+                                        enable_idempotence=True, client_id="streaminfer-dlq-replay")  # fmt: skip
             await start(producer)
             if args.to not in await consumer.topics():
                 raise TopicMissingError(f"--to: topic {args.to!r} does not exist on the cluster; fix the name")
         pending: list[asyncio.Future[Any]] = []
         ends: dict[TopicPartition, int] = {}
-        async for letter in read(consumer, args.bootstrap_servers, args.dead_letter_topic, args.progress, ends):
+        async for letter in read(
+            consumer, args.bootstrap_servers, args.dead_letter_topic, args.progress, ends, security
+        ):
             report.read += 1
             if not chosen.picks(letter):
                 continue
@@ -523,8 +532,9 @@ async def replay(args: argparse.Namespace, chosen: Selection) -> ReplayReport:
 # ------------------------------------------------------------------------------------------------ command line
 def parser() -> argparse.ArgumentParser:
     """The command line (one sub-command per verb; the selection flags on each)."""
-    p = argparse.ArgumentParser(prog="streaminfer-dlq", description=__doc__.split("\n\n")[0])
+    p = ToolParser(prog="streaminfer-dlq", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
+    add_security(p)
     p.add_argument("--dead-letter-topic", default="requests.dlq")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     verbs = p.add_subparsers(dest="verb", required=True)
@@ -559,6 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_client_logs()
     try:
         chosen = selection(args)
+        security = security_of(args, os.environ).kwargs()
         if args.verb == "replay" and args.max_replays < 1:
             raise BadArgument(f"--max-replays must be at least 1, got {args.max_replays}")
     except BadArgument as exc:
@@ -566,10 +577,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.verb == "replay":
-            report = asyncio.run(replay(args, chosen))
+            report = asyncio.run(replay(args, chosen, security))
             print(report.line(args.dry_run))
             return 1 if report.failed or report.refused else 0
-        letters = asyncio.run(selected(args, chosen))
+        letters = asyncio.run(selected(args, chosen, security))
     except TopicMissingError as exc:
         print(f"streaminfer-dlq: {exc}", file=sys.stderr)
         return 2

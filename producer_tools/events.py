@@ -6,8 +6,9 @@ Avro is written by confluent-kafka's own ``AvroSerializer`` against a schema reg
 0, the 4-byte big-endian schema ID, the Avro binary body. Every event is checked against the schema (fastavro) before
 the registry is asked anything, so a bad event is named by its line and nothing is registered or sent.
 
-Fields an events file carries for checking, not for the topic (:data:`EXPECTATION_FIELDS`): ``expected_label`` and
-``expected_probability`` (models/breast_cancer/build.py writes them) go to the manifest (as ``label`` and
+Fields an events file carries for checking, not for the topic (:data:`EXPECTATION_FIELDS`): ``true_label`` (the
+held-out truth), ``expected_label`` and ``expected_probability`` (what a direct ONNX Runtime run of the model gave;
+models/breast_cancer/build.py writes all three) go to the manifest (as ``label``, ``expected_label`` and
 ``expected_probability``) and are taken off the event before it is encoded.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -29,7 +30,7 @@ from fastavro.validation import ValidationError, validate
 from producer_tools.cli import BadArgument
 
 #: Fields of an event that are expectations for checking: the manifest takes them, the record does not carry them.
-EXPECTATION_FIELDS = ("expected_label", "expected_probability")
+EXPECTATION_FIELDS = ("true_label", "expected_label", "expected_probability")
 #: One event: a JSON object.
 Event = dict[str, Any]
 #: Turns an event into a record value.
@@ -96,18 +97,34 @@ def key_of(event: Event, key_field: str, number: int) -> bytes:
     raise BadArgument(f"--key-field {key_field}: event {number} holds {type(value).__name__}, not a string or number")
 
 
-def take_expectations(event: Event, number: int) -> tuple[int | None, float | None]:
-    """Remove :data:`EXPECTATION_FIELDS` from ``event``; returns (expected label, expected probability).
+class Expectations(NamedTuple):
+    """What an event's answer is checked against (each None when the events file does not say).
+
+    Attributes:
+        label: the held-out truth (``true_label``): accuracy.
+        expected_label: the label a direct ONNX Runtime run gave (``expected_label``): agreement.
+        expected_probability: the probability of class 1 that run gave (``expected_probability``).
+    """
+
+    label: int | None
+    expected_label: int | None
+    expected_probability: float | None
+
+
+def take_expectations(event: Event, number: int) -> Expectations:
+    """Remove :data:`EXPECTATION_FIELDS` from ``event`` and return them.
 
     Raises:
-        BadArgument: ``expected_label`` is not an integer or ``expected_probability`` not a number.
+        BadArgument: ``true_label`` or ``expected_label`` is not an integer, or ``expected_probability`` not a number.
     """
-    label, probability = event.pop("expected_label", None), event.pop("expected_probability", None)
-    if label is not None and (isinstance(label, bool) or not isinstance(label, int)):
-        raise BadArgument(f"--source: event {number}: expected_label must be an integer, got {label!r}")
+    truth, label = event.pop("true_label", None), event.pop("expected_label", None)
+    probability = event.pop("expected_probability", None)
+    for name, value in (("true_label", truth), ("expected_label", label)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise BadArgument(f"--source: event {number}: {name} must be an integer, got {value!r}")
     if probability is not None and (isinstance(probability, bool) or not isinstance(probability, int | float)):
         raise BadArgument(f"--source: event {number}: expected_probability must be a number, got {probability!r}")
-    return label, None if probability is None else float(probability)
+    return Expectations(truth, label, None if probability is None else float(probability))
 
 
 def json_encoder() -> Encoder:

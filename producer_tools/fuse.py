@@ -17,7 +17,6 @@ On the CPU provider the fused model's outputs equal the plain model's on the sam
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from consumer.model.vision import METADATA_KEY
+from producer_tools.cli import ToolParser
 
 #: Largest difference between a fused and a plain model's float outputs on the same pixels (probabilities).
 TOLERANCE = 1e-5
@@ -100,7 +100,7 @@ def fuse(model: Any, declared: dict[str, Any]) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: fold MODEL's declared preprocessing into OUT. Exit 0 written, 2 no declaration or a bad model."""
-    parser = argparse.ArgumentParser(prog="python -m producer_tools.fuse", description=__doc__.splitlines()[0])
+    parser = ToolParser(prog="python -m producer_tools.fuse", description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path, help="an image model with streaminfer.image metadata")
     parser.add_argument("out", type=Path, help="where to write the fused model")
     args = parser.parse_args(argv)

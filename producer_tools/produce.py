@@ -15,13 +15,14 @@
 :mod:`producer_tools.events`): as they are, or as Confluent-framed Avro (``--schema FILE.avsc``
 ``--schema-registry-url URL``, default ``$SCHEMA_REGISTRY_URL``: confluent-kafka's ``AvroSerializer``, subject
 ``<topic>-value``, the schema registered if absent). ``--key-field PATH`` keys each record by that field (dotted
-paths reach into nested objects); ``expected_label`` and ``expected_probability`` go to the manifest, not the topic.
+paths reach into nested objects); ``true_label``, ``expected_label`` and ``expected_probability`` go to the manifest,
+not the topic.
 A flag that does not apply to the chosen format is refused (exit 2, naming it).
 
 Each record gets a correlation ID ``<run-id>-<n>`` (header ``correlation_id``; for OIP also the request ``id`` unless
 the JSONL line has one; the record key unless ``--key-field`` names another). ``--manifest`` writes one JSON line per
-record as the broker acknowledges it: ``{"correlation_id", "label"?, "expected_probability"?, "expected_reason"?,
-"tombstone"?}``,
+record as the broker acknowledges it: ``{"correlation_id", "label"?, "expected_label"?, "expected_probability"?,
+"expected_reason"?, "tombstone"?}``,
 which ``streaminfer-results`` matches against; a run that fails midway leaves exactly the records that reached the
 topic.
 """
@@ -45,9 +46,10 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
+from consumer.answers.headers import CORRELATION_HEADER
 from consumer.oip.client import encode_request, encode_request_binary
-from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
-from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from consumer.oip.wire import BINARY_HEADER
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.events import (
     EXPECTATION_FIELDS,
     Encoder,
@@ -62,6 +64,7 @@ from producer_tools.events import (
 )
 from producer_tools.images import folder_images, sample_images
 from producer_tools.poison import catalogue
+from producer_tools.security import Security, add_security, security_of
 from producer_tools.topics import TopicMissingError, require_topic
 
 DEFAULT_HELDOUT = Path(__file__).resolve().parent.parent / "models" / "digits" / "artifacts" / "heldout.npz"
@@ -85,12 +88,13 @@ class Outgoing:
     Attributes:
         correlation_id: the ID the answer must carry.
         value: the record value (None for a tombstone).
-        label: the true class, when known (digits).
+        label: the true class, when known (digits; events: ``true_label``, the held-out truth).
         expected_reason: the dead-letter reason a poison record must get.
         headers: extra record headers (e.g. ``inference-header-content-length`` of a binary request).
         source: where its content came from, for a reader (image sources: the file names, comma-separated).
         key: the record key (None: the correlation ID).
         expected_probability: the probability the model should give (events: ``expected_probability``).
+        expected_label: the label the model should give, from a direct ONNX Runtime run (events: ``expected_label``).
     """
 
     correlation_id: str
@@ -101,6 +105,7 @@ class Outgoing:
     source: str | None = None
     key: bytes | None = None
     expected_probability: float | None = None
+    expected_label: int | None = None
 
     def manifest(self) -> dict[str, Any]:
         """The manifest line for this record."""
@@ -109,6 +114,8 @@ class Outgoing:
             entry["source"] = self.source
         if self.label is not None:
             entry["label"] = self.label
+        if self.expected_label is not None:
+            entry["expected_label"] = self.expected_label
         if self.expected_probability is not None:
             entry["expected_probability"] = self.expected_probability
         if self.expected_reason is not None:
@@ -224,6 +231,7 @@ async def send_all(
     linger_ms: int = 5,
     on_acked: Callable[[Outgoing], None] | None = None,
     max_request_bytes: int = 1_048_576,
+    security: Security = None,
 ) -> None:
     """Send ``records`` (key = the record's key, else its correlation ID; headers ``correlation_id`` = the ID unless
     ``headers`` gives them), paced at ``rate`` records/s if given, and wait until the broker acknowledged every one.
@@ -234,12 +242,14 @@ async def send_all(
             that fails midway still knows exactly what reached the topic.
         max_request_bytes: the producer's ``max_request_size``, bytes (the client's and the broker's default
             ``message.max.bytes`` are 1 MiB).
+        security: aiokafka's TLS/SASL keyword arguments (:meth:`producer_tools.security.ClientSecurity.kwargs`).
 
     Raises:
         aiokafka.errors.KafkaError: a send failed.
         producer_tools.topics.TopicMissingError: ``topic`` does not exist (nothing was sent).
     """
     producer = AIOKafkaProducer(
+        **(security or {}),
         bootstrap_servers=bootstrap_servers,
         client_id="streaminfer-produce",
         acks="all",
@@ -291,10 +301,11 @@ def event_records(
     """
     out: list[Outgoing] = []
     for number, event in enumerate(events, start=1):
-        label, probability = take_expectations(event, number)
+        expected = take_expectations(event, number)
         key = key_of(event, key_field, number) if key_field else None
-        out.append(Outgoing(f"{run_id}-{number - 1:06d}", encode(event), label=label, key=key,
-                            expected_probability=probability))  # fmt: skip
+        out.append(Outgoing(f"{run_id}-{number - 1:06d}", encode(event), label=expected.label, key=key,
+                            expected_label=expected.expected_label,
+                            expected_probability=expected.expected_probability))  # fmt: skip
     return out
 
 
@@ -421,8 +432,9 @@ def input_name(args: argparse.Namespace) -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="streaminfer-produce", description=__doc__.split("\n\n")[0])
+    p = ToolParser(prog="streaminfer-produce", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
+    add_security(p)
     p.add_argument("--topic", default="requests", help="requests topic")
     p.add_argument(
         "--format",
@@ -494,6 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_client_logs()
     try:
         check_format(args, os.environ)
+        security = security_of(args, os.environ).kwargs()
         records = build_records(args)
     except BadArgument as exc:
         print(f"streaminfer-produce: {exc}", file=sys.stderr)
@@ -523,6 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 not args.no_progress,
                 on_acked=record,
                 max_request_bytes=args.max_request_bytes,
+                security=security,
             )
         )
     except KafkaError as exc:

@@ -5,7 +5,8 @@ where an enriched result keeps its label and score (:class:`EventFields`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import difflib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -136,6 +137,33 @@ class EventResults:
     async def close(self) -> None:
         if self._close is not None:
             await self._close()
+
+
+def field_hints(events: Sequence[Mapping[str, Any]], fields: EventFields) -> list[str]:
+    """One line per field of ``fields`` (label, score) that none of the enriched result ``events`` has: a mapping
+    that renamed the model's outputs puts them elsewhere, and accuracy and scores would read 0 without a word.
+    Each line names the flag that says where it is, and the closest top-level field of the results."""
+    if not events:
+        return []
+    names = sorted({str(name) for event in events for name in event})
+    lines = []
+    for what, path, flag in (("label", fields.label, "--label-field"), ("score", fields.score, "--score-field")):
+        if any(_has(event, path) for event in events):
+            continue
+        close = difflib.get_close_matches(path.split(".")[0], names, n=1, cutoff=0.5)
+        guess = f" (perhaps {flag} {close[0]})" if close else ""
+        shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
+        lines.append(f"hint: no result has the {what} field {path!r}: name the field of your input_mapping's outputs "
+                     f"with {flag} PATH{guess}; the results' fields: {shown}")  # fmt: skip
+    return lines
+
+
+def _has(event: Mapping[str, Any], path: str) -> bool:
+    try:
+        field_at(dict(event), path)
+    except KeyError:
+        return False
+    return True
 
 
 def event_label(event: Mapping[str, Any], path: str) -> int | None:

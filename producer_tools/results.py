@@ -14,8 +14,10 @@ the model's outputs as fields), as a JSON object or as registry-framed Avro (mag
 read with confluent-kafka's own ``AsyncAvroDeserializer`` (``--schema-registry-url``, default
 ``$SCHEMA_REGISTRY_URL``). An enriched result's label is its ``--label-field`` (default ``label``), its score the
 ``--score-index`` (default 1) of ``--score-field`` (default ``probabilities``; a field holding a number is the
-score itself): the label counts towards accuracy against the manifest's ``label``, the score must equal the
-manifest's ``expected_probability`` within ``--score-tolerance`` (default 1e-6, absolute, both read as float32).
+score itself): the label counts towards accuracy against the manifest's ``label`` (the held-out truth) and towards
+agreement against its ``expected_label`` (what a direct ONNX Runtime run of the model gave: 1.0 unless streaminfer
+changed an answer), the score must equal the manifest's ``expected_probability`` within ``--score-tolerance`` (default
+1e-6, absolute, both read as float32).
 
 A tombstone on the results topic (a null value; an empty one for a keyless record) is the answer of a tombstone
 request (manifest ``"tombstone": true``): counted as a result, never read, and a mismatch either way when only one
@@ -41,18 +43,21 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
-from consumer.oip.records import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
-from consumer.oip.wire import CORRELATION_HEADER
-from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from consumer.answers.headers import CORRELATION_HEADER
+from consumer.answers.records import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.events import RegistryUnavailable
 from producer_tools.readers import (
     DEFAULT_SCORE_TOLERANCE,
     Answer,
     EventFields,
+    EventResults,
     OipResults,
     ResultReader,
+    field_hints,
     result_reader,
 )
+from producer_tools.security import Security, add_security, security_of
 
 #: ``--format``: what a result's value holds (an OIP response, or an enriched event as JSON or registry Avro).
 FORMATS = ("oip", "json", "avro")
@@ -75,7 +80,9 @@ class Report:
         dead_letters: correlation IDs answered with a dead letter.
         missing: IDs with no answer.
         duplicates: answers beyond the first per ID (at-least-once redeliveries).
-        accuracy: share of labelled results whose ``label`` output equals the label, or None.
+        accuracy: share of labelled results whose ``label`` output equals the label (the truth), or None.
+        agreement: share of results whose label equals the manifest's ``expected_label`` (a direct ONNX Runtime
+            run's), or None when the manifest has none.
         reason_mismatches: (id, expected, got) for poison records whose reason differs.
         latencies_ms: latency of every first answer, ms.
         throughput_rps: answers / (last answer time - first request time), records/s.
@@ -102,16 +109,20 @@ class Report:
     tombstones: int = 0
     tombstone_mismatches: list[tuple[str, bool]] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    agreement: float | None = None
 
     def percentile_ms(self, q: float) -> float:
         """Latency percentile ``q`` (0..100), ms; NaN when nothing was answered."""
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
 
     def summary(self, prefix: str) -> str:
-        """One line: ``<prefix>: sent=N results=R dead_letters=D accuracy=A p50_ms=X p99_ms=Y throughput_rps=T``,
-        then ``score_mismatches=M`` when scores were checked, ``tombstones=T`` when any was expected or answered
+        """One line: ``<prefix>: sent=N results=R dead_letters=D accuracy=A p50_ms=X p99_ms=Y throughput_rps=T``
+        (``agreement=G`` after the accuracy when the manifest has expected labels), then ``score_mismatches=M`` when
+        scores were checked, ``tombstones=T`` when any was expected or answered
         and ``unreadable=U`` when a result could not be read."""
         acc = f"{self.accuracy:.4f}" if self.accuracy is not None else "nan"
+        if self.agreement is not None:
+            acc += f" agreement={self.agreement:.4f}"
         line = (
             f"{prefix}: sent={self.sent} results={self.results} dead_letters={self.dead_letters} accuracy={acc} "
             f"p50_ms={self.percentile_ms(50):.1f} p99_ms={self.percentile_ms(99):.1f} "
@@ -189,13 +200,15 @@ async def collect(
     settle_s: float = 0.0,
     reader: ResultReader | None = None,
     score_tolerance: float | None = None,
+    security: Security = None,
 ) -> Report:
     """Read answers for ``expected`` (correlation ID -> manifest entry) until all arrived or ``timeout_s``.
 
     Answers whose correlation ID is not in ``expected`` (earlier runs) are skipped. ``isolation_level``
     ``read_committed`` hides answers of aborted transactions (exactly-once mode). ``settle_s`` keeps reading
     that long after the last expected answer, so late duplicates are counted. ``reader`` reads each first result
-    (default: OIP responses; it is closed at the end); ``score_tolerance`` defaults to the reader's.
+    (default: OIP responses; it is closed at the end); ``score_tolerance`` defaults to the reader's. ``security``:
+    aiokafka's TLS/SASL keyword arguments (:meth:`producer_tools.security.ClientSecurity.kwargs`).
 
     Raises:
         aiokafka.errors.KafkaError: the broker cannot be reached.
@@ -206,6 +219,7 @@ async def collect(
         fields = getattr(reader, "fields", None)
         score_tolerance = fields.score_tolerance if isinstance(fields, EventFields) else DEFAULT_SCORE_TOLERANCE
     consumer = AIOKafkaConsumer(
+        **(security or {}),
         bootstrap_servers=bootstrap_servers,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -272,6 +286,12 @@ def build_report(
     scored = [a for a in results if not a.tombstone]
     labelled = [(a, expected[a.correlation_id]["label"]) for a in scored if "label" in expected[a.correlation_id]]
     accuracy = sum(a.label == y for a, y in labelled) / len(labelled) if labelled else None
+    direct = [
+        (a, expected[a.correlation_id]["expected_label"])
+        for a in scored
+        if "expected_label" in expected[a.correlation_id]
+    ]
+    agreement = sum(a.label == y for a, y in direct) / len(direct) if direct else None
     mismatches = []
     tombstone_mismatches = []
     for cid, entry in expected.items():
@@ -297,6 +317,7 @@ def build_report(
         missing=sorted(set(expected) - set(first)),
         duplicates=duplicates,
         accuracy=accuracy,
+        agreement=agreement,
         reason_mismatches=mismatches,
         latencies_ms=latencies,
         throughput_rps=len(first) / span_s if span_s > 0 else float("nan"),
@@ -392,8 +413,9 @@ def print_report(
 
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="streaminfer-results", description=__doc__.split("\n\n")[0])
+    p = ToolParser(prog="streaminfer-results", description=__doc__.split("\n\n")[0])
     add_bootstrap(p)
+    add_security(p)
     p.add_argument("--results-topic", default="results")
     p.add_argument("--dead-letter-topic", default="requests.dlq")
     p.add_argument("--manifest", type=Path, required=True, help="JSONL written by streaminfer-produce --manifest")
@@ -487,6 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"streaminfer-results: --manifest {args.manifest}: {exc}", file=sys.stderr)
         return 2
     try:
+        security = security_of(args, os.environ).kwargs()
         reader = reader_of(args, os.environ)
     except BadArgument as exc:
         print(f"streaminfer-results: {exc}", file=sys.stderr)
@@ -503,6 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 isolation_level=args.isolation_level,
                 settle_s=2.0,
                 reader=reader,
+                security=security,
             )
         )
     except KafkaError as exc:
@@ -515,6 +539,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"streaminfer-results: {exc} (--schema-registry-url)", file=sys.stderr)
         return 1
     print_report(report, show=args.show, sources=expected)
+    if isinstance(reader, EventResults):  # accuracy=0 after a mapping renamed the outputs: say where to look
+        events = [a.event for a in report.answers.values() if a.event is not None]
+        for line in field_hints(events, reader.fields):
+            print(line, file=sys.stderr)
     return 1 if report.missing else 0
 
 

@@ -9,6 +9,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
 
+from producer_tools.security import Security
+
 log = logging.getLogger(__name__)
 
 
@@ -36,16 +38,19 @@ async def ensure_topics(
     partitions: dict[str, int],
     replication_factor: int = 1,
     configs: dict[str, dict[str, str]] | None = None,
+    *,
+    security: Security = None,
 ) -> None:
     """Create each topic in ``partitions`` (name -> partition count) unless it exists.
 
     ``configs`` gives per-topic configs (e.g. ``message.timestamp.type=LogAppendTime`` for the results topic,
-    so a result's timestamp is the broker's append time).
+    so a result's timestamp is the broker's append time). ``security``: aiokafka's TLS/SASL keyword arguments
+    (:meth:`producer_tools.security.ClientSecurity.kwargs`).
 
     Raises:
         aiokafka.errors.KafkaError: the broker refused for another reason than "already exists".
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="streaminfer-admin")
+    admin = AIOKafkaAdminClient(**(security or {}), bootstrap_servers=bootstrap_servers, client_id="streaminfer-admin")
     await admin.start()
     try:
         existing = set(await admin.list_topics())

@@ -165,11 +165,7 @@ class AtLeastOnce:
     def _ingest(self, works: list[Work]) -> None:
         """Requests to the batcher, poison straight to the publisher, all in their partitions' order."""
         st = self._stages
-        assigned = st.source.consumer.assignment()
-        stale = {w.tp for w in works} - assigned  # revoked while the chunk was decoded
-        if stale:
-            st.tracker.forget(stale)
-            works = [w for w in works if w.tp in assigned]
+        works = st.mine(works)
         self.publisher.track(works)
         requests: list[Work] = []
         dead: list[Work] = []
@@ -208,12 +204,8 @@ class AtLeastOnce:
 
     # -- acknowledgements
     def _acked(self, works: list[Work]) -> None:
-        st = self._stages
-        for work in works:
-            work.offsets.done(work.record.offset)
+        self._stages.done(works)
         self.held.remove(works)
-        st.acknowledged(works)
-        st.writer.ladder.forget(works)
         self.committer.want()
         self._acks.set()
 

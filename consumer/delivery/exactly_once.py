@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from itertools import groupby
 
 from aiokafka import TopicPartition
-from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, KafkaError, ProducerClosed, ProducerFenced
+from aiokafka.errors import IllegalOperation, KafkaError
 
+from consumer import fate
 from consumer.budget import InFlight
-from consumer.delivery.publisher import Sent
 from consumer.delivery.stages import Stages, backoff
 from consumer.delivery.transactions import PartitionTransactions
-from consumer.errors import BROKEN_PRODUCER, TOO_LARGE
+from consumer.delivery.writer import Sent
 from consumer.kafka.clients import ProducerClient
 from consumer.kafka.source import Fetched
 from consumer.work import Work
@@ -142,7 +142,7 @@ class ExactlyOnce:
             if not fetched and not transactions:
                 return  # nothing open: let a rebalance or a stop in between windows
             if fetched:
-                works = self._mine(await st.intake.decode(fetched, st.tracker, st.source.hold))
+                works = st.mine(await st.intake.decode(fetched, st.tracker, st.source.hold))
                 for work in works:
                     st.writer.ladder.resume(work)
                 self.held.add(works)
@@ -169,16 +169,6 @@ class ExactlyOnce:
                 fetch.cancel()
             await asyncio.gather(fetch, return_exceptions=True)
         return fetch.result() if not fetch.cancelled() else {}
-
-    def _mine(self, works: list[Work]) -> list[Work]:
-        """Drop the records of partitions revoked while the chunk was decoded."""
-        st = self._stages
-        assigned = st.source.consumer.assignment()
-        stale = {w.tp for w in works} - assigned
-        if not stale:
-            return works
-        st.tracker.forget(stale)
-        return [w for w in works if w.tp in assigned]
 
     async def _answer(self, works: list[Work]) -> None:
         """Run every request of a chunk, micro-batch after micro-batch."""
@@ -228,18 +218,17 @@ class ExactlyOnce:
                 if self._abandon.is_set():
                     raise Abandoned()
                 raise StuckTransaction(f"the transaction did not finish within {self._limit_s:.0f} s")
-        except (ProducerFenced, InvalidProducerEpoch, IllegalOperation, ProducerClosed, Abandoned) as exc:
-            # IllegalOperation: aiokafka's answer to sends after its producer was fenced (not a KafkaError).
-            # Another producer with this transactional.id exists: the partition's new owner (we are about to be
-            # revoked) or a restarted instance; or a revoke gave up waiting for this window and closed it (sends on a
-            # closed producer: ProducerClosed; there is nothing to abort). Nothing of this window became visible; if
-            # the partition is still ours, rewind so a fresh producer answers it.
-            log.warning("producer of %s fenced or closed: %r", tp, exc)
-            if txn.producer is not None:
-                await self.txns.discard(tp, txn.producer)
-            st.source.rewind(tp, first)
-            return
-        except KafkaError as exc:
+        except (*fate.FENCED, Abandoned, KafkaError) as exc:
+            if isinstance(exc, Abandoned) or fate.of_transaction(exc) is fate.Action.DROP:
+                # Another producer with this transactional.id exists: the partition's new owner (we are about to be
+                # revoked) or a restarted instance; or a revoke gave up waiting for this window and closed it (sends
+                # on a closed producer: ProducerClosed; there is nothing to abort). Nothing of this window became
+                # visible; if the partition is still ours, rewind so a fresh producer answers it.
+                log.warning("producer of %s fenced or closed: %r", tp, exc)
+                if txn.producer is not None:
+                    await self.txns.discard(tp, txn.producer)
+                st.source.rewind(tp, first)
+                return
             log.warning("transaction for %s failed, aborting and re-reading %d records: %r", tp, len(works), exc)
             st.metrics.produce_retries.inc(len(works))
             st.metrics.retries.labels("produce", type(exc).__name__).inc(len(works))
@@ -249,10 +238,7 @@ class ExactlyOnce:
             return
         finally:
             st.metrics.stage_seconds.labels("commit").inc(st.clock() - started)
-        for work in works:
-            work.offsets.done(work.record.offset)
-        st.acknowledged(works)
-        st.writer.ladder.forget(works)
+        st.done(works)
         st.tracker.mark_committed({tp: next_offset})
         st.metrics.commits.inc()
         st.progress.mark()
@@ -275,9 +261,7 @@ class ExactlyOnce:
             if error is None:
                 continue
             failure = failure or error
-            if isinstance(error, TOO_LARGE):
-                for work in sent.works:
-                    st.writer.ladder.refused(work, error)
+            st.writer.judge(sent.works, error)  # a too-large refusal climbs the ladder
         if failure is not None:
             raise failure
         try:
@@ -294,7 +278,7 @@ class ExactlyOnce:
         if producer is None:
             return  # it never opened: nothing to abort
         try:
-            if isinstance(exc, (*BROKEN_PRODUCER, StuckTransaction)):
+            if isinstance(exc, StuckTransaction) or fate.needs_new_producer(exc):
                 raise exc
             if not await self._stages.within(producer.abort_transaction(), self._limit_s):
                 raise StuckTransaction(f"the abort did not finish within {self._limit_s:.0f} s")

@@ -1,24 +1,13 @@
-"""Answers out: results and dead letters into producer batches, in each request partition's offset order.
+"""at_least_once's publisher: answers released in each request partition's offset order, writes recovered.
 
-Three pieces, from the bottom up:
-
-- :class:`SizeLadder`: what happens to an answer too large to write, written once for both delivery modes. The
-  client's own limit (``producer_max_request_bytes``) is checked before a record is appended: a result over it
-  becomes a ``result_too_large`` dead letter, a dead letter over it a *reduced* one. A produce request the broker
-  refuses as too large may have held other records, so each of its records climbs one rung per refusal: 1 = sent
-  alone, 2 = shrunk once (result -> dead letter, or dead letter -> reduced), 3 = shrunk twice. Rungs are kept per
-  record (topic, partition, offset) until the record's answer is acknowledged, so exactly_once, which answers a
-  chunk again after an aborted transaction, resumes where the last try stopped.
-- :class:`AnswerWriter`: appends answers, in order, to one producer batch per destination partition (the
-  partition ``send`` would pick: murmur2 of the key) and hands each full batch to the client, so a chunk of answers
-  waits on a few futures instead of one per record. Used by both delivery modes.
-- :class:`Publisher` (at_least_once): registers every fetched record in its partition's order, releases answers to
-  the writer only once every earlier record of the partition is answered (several batches in flight, bisection and
-  dead letters answered at decode cannot reorder them), acknowledges them to the committer, and recovers from
-  failed writes: it stops writing, waits until every batch in flight settled, replaces a broken producer, and
-  writes again, in the original order, every answer from the first failed batch of each destination partition on.
-  So each results partition holds each request partition's results in offset order; after a failure the answers
-  written again (and any acknowledged after the failed batch) follow in order, as after a restart.
+:class:`Publisher` registers every fetched record in its partition's order, releases answers to the writer
+(:class:`consumer.delivery.writer.AnswerWriter`, shared with exactly_once) only once every earlier record of the
+partition is answered (several batches in flight, bisection and dead letters answered at decode cannot reorder them),
+acknowledges them to the committer, and recovers from failed writes: it stops writing, waits until every batch in
+flight settled, replaces a broken producer, and writes again, in the original order, every answer from the first
+failed batch of each destination partition on. So each results partition holds each request partition's results in
+offset order; after a failure the answers written again (and any acknowledged after the failed batch) follow in
+order, as after a restart.
 """
 
 from __future__ import annotations
@@ -28,21 +17,19 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.errors import KafkaError
 
-from consumer.errors import BROKEN_PRODUCER, TOO_LARGE, DeadLetterReason, NotSentError, RecordError
-from consumer.kafka.clients import BatchLike, Clients, ProducerClient
-from consumer.kafka.partitioner import partitions_for_keys
-from consumer.oip.records import AnswerRecord, AnswerRecords
+from consumer import fate
+from consumer.delivery.writer import AnswerWriter, Sent
+from consumer.errors import NotSentError
+from consumer.kafka.clients import Clients, ProducerClient
 from consumer.ops.metrics import Metrics
 from consumer.timeouts import Backoff
-from consumer.work import PartitionOrder, Work, loggable
+from consumer.work import PartitionOrder, Work
 
 log = logging.getLogger(__name__)
 
@@ -52,244 +39,6 @@ CLOSE_TIMEOUT_S = 2.0
 Sleep = Callable[[float], Awaitable[None]]
 
 
-# ------------------------------------------------------------------------------------------------ the size ladder
-class SizeLadder:
-    """The too-large ladder (see the module docstring), shared by both delivery modes.
-
-    Args:
-        max_request_bytes: the producer's ``max_request_size``, bytes: a record estimated above it is shrunk
-            before it is appended.
-    """
-
-    def __init__(self, max_request_bytes: int) -> None:
-        self._max_request_bytes = max_request_bytes
-        self._rungs: dict[tuple[str, int, int], int] = {}
-
-    def fits(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> bool:
-        """Whether the client would accept the record (aiokafka's own estimate, as ``send`` checks it)."""
-        if len(value or b"") + len(key or b"") < self._max_request_bytes // 2 and len(headers) <= 3:
-            return True  # a result far below the limit: our three headers cannot make up the rest
-        return bool(DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers) <= self._max_request_bytes)
-
-    def refused(self, work: Work, exc: BaseException) -> None:
-        """The broker refused a produce request holding ``work`` as too large: one rung up."""
-        key = (work.tp.topic, work.tp.partition, work.record.offset)
-        rung = self._rungs[key] = self._rungs.get(key, 0) + 1
-        if rung == 1:
-            work.solo = True
-        else:
-            shrink(work, exc)
-
-    def resume(self, work: Work) -> None:
-        """A record fetched again (exactly_once, after an aborted transaction): climb the rungs it reached."""
-        rung = self._rungs.get((work.tp.topic, work.tp.partition, work.record.offset), 0)
-        if rung >= 1:
-            work.solo = True
-        for _ in range(rung - 1):
-            shrink(work, RecordError(DeadLetterReason.RESULT_TOO_LARGE, "the broker refused the response as too large"))
-
-    def forget(self, works: Iterable[Work]) -> None:
-        """The answers of ``works`` were acknowledged: their rungs are no longer needed."""
-        if self._rungs:
-            for work in works:
-                self._rungs.pop((work.tp.topic, work.tp.partition, work.record.offset), None)
-
-
-def shrink(work: Work, exc: BaseException) -> None:
-    """An answer was too large: a result (or a request not run yet) becomes a result_too_large dead letter, a dead
-    letter a reduced one."""
-    if work.error is None:
-        size = f"response of {len(work.result)} bytes" if work.result is not None else "response"
-        work.error = RecordError(DeadLetterReason.RESULT_TOO_LARGE, f"{size}: {exc!r}")
-        work.result = None
-        work.result_json_length = None
-        work.request = None
-    else:
-        work.reduced = True
-
-
-# ------------------------------------------------------------------------------------------------ the writer
-@dataclass(slots=True)
-class Sent:
-    """One producer batch handed to the client: its answers, in order, and the future of its acknowledgement.
-
-    Attributes:
-        destination: (topic, partition) written to; None for answers that were not attempted.
-    """
-
-    destination: tuple[str, int] | None
-    works: list[Work]
-    future: asyncio.Future[Any]
-    error: BaseException | None = None
-    settled: bool = False
-
-
-@dataclass(slots=True)
-class _Open:
-    builder: BatchLike
-    works: list[Work] = field(default_factory=list)
-
-
-def failed_future(exc: BaseException) -> asyncio.Future[Any]:
-    """A future that already failed with ``exc``."""
-    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    future.set_exception(exc)
-    return future
-
-
-class AnswerWriter:
-    """Appends answers to producer batches (one per destination partition) and hands them to a producer.
-
-    Args:
-        records: builds each answer's record.
-        ladder: the size ladder (the client limit is checked here, refusals are judged by the caller).
-        metrics: ``streaminfer_stage_seconds_total{stage="produce"}``: the write's own time, without the time the
-            client makes it wait for a partition's previous batch to be sent.
-        clock: monotonic seconds.
-        wall_clock: epoch seconds (record timestamps, ms).
-    """
-
-    def __init__(
-        self,
-        records: AnswerRecords,
-        ladder: SizeLadder,
-        metrics: Metrics,
-        clock: Callable[[], float],
-        wall_clock: Callable[[], float],
-    ) -> None:
-        self.records = records
-        self.ladder = ladder
-        self._metrics = metrics.stage_seconds.labels("produce")
-        self._clock = clock
-        self._wall_clock = wall_clock
-        self._waited = 0.0  # of the current write: time the client made us wait, seconds
-
-    async def write(self, producer: ProducerClient, works: Sequence[Work]) -> list[Sent]:
-        """Append ``works``' answers in order and hand every batch to ``producer``. A ``solo`` answer travels in a
-        produce request of its own: it is awaited before the next answer is appended, and if it fails the rest is
-        not attempted (returned as one :class:`Sent` whose future failed with :class:`NotSentError`).
-
-        Never raises for a failed write: a batch the client refuses at once gets a failed future.
-
-        Returns:
-            The batches in the order they were handed over (the client keeps that order per partition).
-        """
-        sent: list[Sent] = []
-        started = self._clock()
-        self._waited = 0.0
-        try:
-            answers = [self._fit(work) for work in works]
-            try:
-                destinations = await self._destinations(producer, answers)
-            except KafkaError as exc:  # no metadata (broker unreachable): this round is retried
-                return [Sent(None, list(works), failed_future(exc))]
-            timestamp_ms = int(self._wall_clock() * 1000)
-            open_batches: dict[tuple[str, int], _Open] = {}
-            for index, (work, (_, key, value, headers), destination) in enumerate(
-                zip(works, answers, destinations, strict=True)
-            ):
-                if work.solo:
-                    await self._flush(producer, open_batches, sent)
-                    alone = _Open(producer.create_batch())
-                    alone.builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers)
-                    alone.works.append(work)
-                    lone = await self._send(producer, destination, alone)
-                    sent.append(lone)
-                    waiting = self._clock()
-                    await asyncio.wait([lone.future])
-                    self._waited += self._clock() - waiting
-                    if lone.future.exception() is not None:
-                        rest = list(works[index + 1 :])
-                        if rest:
-                            sent.append(Sent(None, rest, failed_future(NotSentError("an earlier write failed"))))
-                        return sent
-                    continue
-                slot = open_batches.get(destination)
-                if slot is None:
-                    slot = open_batches[destination] = _Open(producer.create_batch())
-                if slot.builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers) is None:
-                    sent.append(await self._send(producer, destination, slot))
-                    slot = open_batches[destination] = _Open(producer.create_batch())
-                    slot.builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers)
-                slot.works.append(work)
-            await self._flush(producer, open_batches, sent)
-        finally:
-            self._metrics.inc(max(0.0, self._clock() - started - self._waited))
-        return sent
-
-    @staticmethod
-    async def _destinations(producer: ProducerClient, answers: list[AnswerRecord]) -> list[tuple[str, int]]:
-        """(topic, partition) of every answer record: the partition ``send`` would choose for its key.
-
-        Raises:
-            aiokafka.errors.KafkaError: a topic's metadata cannot be had.
-        """
-        by_topic: dict[str, list[int]] = {}
-        for i, answer in enumerate(answers):
-            by_topic.setdefault(answer[0], []).append(i)
-        out: list[tuple[str, int]] = [("", 0)] * len(answers)
-        for topic, index in by_topic.items():
-            partitions = sorted(await producer.partitions_for(topic))
-            for i, partition in zip(
-                index, partitions_for_keys([answers[i][1] for i in index], partitions), strict=True
-            ):
-                out[i] = (topic, partition)
-        return out
-
-    def _fit(self, work: Work) -> AnswerRecord:
-        """The answer's record, shrunk (result -> dead letter -> reduced) while the client would refuse it."""
-        while True:
-            answer = self.records.of(work)
-            if work.reduced or self.ladder.fits(answer[1], answer[2], answer[3]):
-                return answer
-            shrink(work, MessageSizeTooLargeError(f"{len(answer[2] or b'')} bytes exceed producer_max_request_bytes"))
-
-    async def _flush(
-        self, producer: ProducerClient, open_batches: dict[tuple[str, int], _Open], sent: list[Sent]
-    ) -> None:
-        for destination, slot in open_batches.items():
-            sent.append(await self._send(producer, destination, slot))
-        open_batches.clear()
-
-    async def _send(self, producer: ProducerClient, destination: tuple[str, int], slot: _Open) -> Sent:
-        handed = self._clock()
-        try:
-            future = await producer.send_batch(slot.builder, destination[0], partition=destination[1])
-        except (KafkaError, *TOO_LARGE) as exc:
-            future = failed_future(exc)
-        except Exception as exc:  # noqa: BLE001 (aiokafka's IllegalOperation after fencing is not a KafkaError)
-            future = failed_future(exc)
-        finally:
-            self._waited += self._clock() - handed  # the client waits for the partition's previous batch to go
-        return Sent(destination, slot.works, future)
-
-
-# ------------------------------------------------------------------------------------------------ metrics
-def count_answers(metrics: Metrics, works: Sequence[Work], now_ms: float) -> None:
-    """Metrics of acknowledged answers (once per batch) and the log line of each dead letter."""
-    dead = [w for w in works if w.error is not None]
-    tombstones = sum(1 for w in works if w.tombstone)
-    if tombstones:
-        metrics.records.labels("tombstone").inc(tombstones)
-    if len(dead) + tombstones < len(works):
-        metrics.records.labels("result").inc(len(works) - len(dead) - tombstones)
-    if dead:
-        metrics.records.labels("dead_letter").inc(len(dead))
-        for work in dead:
-            error = work.error
-            assert error is not None
-            metrics.dead_letters.labels(error.reason.value).inc()
-            log.warning(
-                "dead-lettered correlation_id=%s reason=%s: %s",
-                loggable(work.correlation_id),
-                error.reason.value,
-                error,
-            )
-    ages = [max(0.0, now_ms - w.record.timestamp) / 1000.0 for w in works if w.record.timestamp >= 0]
-    metrics.record_age_seconds.observe_many(ages)
-
-
-# ------------------------------------------------------------------------------------------------ the publisher
 class Publisher:
     """at_least_once: ordered, retried writes of every answer through one idempotent producer.
 
@@ -479,14 +228,12 @@ class Publisher:
             if error is None:
                 continue
             failed += len(entry.works)
-            if not isinstance(error, NotSentError):
+            action = self._writer.judge(entry.works, error)  # a too-large refusal climbs the ladder
+            if action is not fate.Action.RESEND:
                 self._metrics.retries.labels("produce", type(error).__name__).inc(len(entry.works))
-            if isinstance(error, BROKEN_PRODUCER) and broken is None:
+            if fate.needs_new_producer(error) and broken is None:
                 broken = error
-            if isinstance(error, TOO_LARGE):
-                for work in entry.works:
-                    self._writer.ladder.refused(work, error)
-            elif not isinstance(error, NotSentError):
+            if action not in (fate.Action.SIZE_LADDER, fate.Action.RESEND):
                 log.warning(
                     "write of %d answers to %s failed, retrying: %r", len(entry.works), entry.destination, error
                 )

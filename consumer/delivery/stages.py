@@ -11,11 +11,14 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from confluent_kafka.schema_registry import AsyncSchemaRegistryClient
 
+from consumer.answers.enrich import EnrichedAnswers
+from consumer.answers.ladder import SizeLadder
+from consumer.answers.outputs import Answers
+from consumer.answers.records import AnswerRecords
 from consumer.batcher import MicroBatcher
 from consumer.config import Settings
-from consumer.delivery.publisher import AnswerWriter, SizeLadder, count_answers
+from consumer.delivery.writer import AnswerWriter, count_answers
 from consumer.events.decode import EventDecoder
-from consumer.events.enrich import EnrichedAnswers
 from consumer.events.mapping import InputMapping, load_mapping
 from consumer.events.registry import Schemas, client_config, value_subject
 from consumer.inference import BatchRunner
@@ -27,7 +30,6 @@ from consumer.model.runner import OnnxRunner
 from consumer.model.sequence import TextEncoder
 from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
-from consumer.oip.records import AnswerRecords
 from consumer.ops.metrics import Metrics
 from consumer.ops.progress import Progress
 from consumer.ops.tracing import Tracing
@@ -120,12 +122,26 @@ class Stages:
             entries.append((work, work.rows, key, tokens))
         batcher.put_many(entries)
 
-    def acknowledged(self, works: Sequence[Work]) -> None:
-        """Count answers the broker acknowledged (or whose transaction committed), and trace them when traces are
-        on: the same for both delivery modes."""
+    def mine(self, works: list[Work]) -> list[Work]:
+        """``works`` but for the records of partitions revoked while their chunk was decoded (dropped: the fate
+        table's ``partition_revoked``; their tracker entries are forgotten): the same for both delivery modes."""
+        assigned = self.source.consumer.assignment()
+        stale = {w.tp for w in works} - assigned
+        if not stale:
+            return works
+        self.tracker.forget(stale)
+        return [w for w in works if w.tp in assigned]
+
+    def done(self, works: Sequence[Work]) -> None:
+        """The answers of ``works`` were acknowledged (at_least_once) or their transaction committed (exactly_once):
+        their offsets are done, they are counted (and traced when traces are on), their size-ladder rungs
+        forgotten. The same for both delivery modes; each then commits its own way."""
+        for work in works:
+            work.offsets.done(work.record.offset)
         count_answers(self.metrics, works, self.wall_clock() * 1000.0)
         if self.tracing is not None:
             self.tracing.answered(works, self.clock())
+        self.writer.ladder.forget(works)
 
     async def within(self, step: Awaitable[object], seconds: float, unless: asyncio.Event | None = None) -> bool:
         """:func:`consumer.timeouts.within` on the injected ``sleep``: whether ``step`` finished in ``seconds``
@@ -230,7 +246,7 @@ def build_stages(
             backoff=backoff(s),
             sleep=sleep,
             tracing=tracing,
-            enriched=enriched,
+            answers=Answers(runner.signature, enriched),
         ),
         writer=writer,
         tracker=tracker,

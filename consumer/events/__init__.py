@@ -7,7 +7,7 @@ fields mapped onto the model's inputs, answered with the event enriched by the m
 - :mod:`consumer.events.registry`: the schema registry client (confluent-kafka's async client), the schema cache,
   waiting out a registry that does not answer.
 - :mod:`consumer.events.decode`: a fetched chunk of event values -> decoded requests or dead-letter errors.
-- :mod:`consumer.events.enrich`: a micro-batch's outputs -> enriched events (JSON or Avro).
 
-A second protocol beside :mod:`consumer.oip`, feeding the same :class:`~consumer.work.Work`.
+A second protocol beside :mod:`consumer.oip`, feeding the same :class:`~consumer.work.Work`; its answers (events
+enriched with the outputs, JSON or Avro) are shaped in the answers room (:mod:`consumer.answers.enrich`).
 """

@@ -18,7 +18,8 @@ slice (no copy). With enriched results an event that already has a field the res
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from enum import Enum
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -28,10 +29,17 @@ from consumer.events.mapping import InputMapping
 from consumer.events.registry import Idle, Schemas, schema_ids
 from consumer.work import DecodedRequest, Event, Limits
 
-#: A tombstone's outcome: not scored, answered with a tombstone.
-TOMBSTONE: Any = object()
 
-Outcome = DecodedRequest | RecordError | Any  # Any: TOMBSTONE
+class Tombstone(Enum):
+    """A tombstone's outcome (one value): not scored, answered with a tombstone."""
+
+    TOMBSTONE = "tombstone"
+
+
+#: A tombstone's outcome: not scored, answered with a tombstone.
+TOMBSTONE: Final = Tombstone.TOMBSTONE
+
+Outcome = DecodedRequest | RecordError | Literal[Tombstone.TOMBSTONE]
 
 
 class EventDecoder:
@@ -70,7 +78,7 @@ class EventDecoder:
     def decode(self, values: Sequence[bytes | None]) -> list[Outcome]:
         """One outcome per value, in order: a :class:`~consumer.work.DecodedRequest` holding its
         :class:`~consumer.work.Event`, a :class:`~consumer.errors.RecordError`, or :data:`TOMBSTONE`."""
-        out: list[Outcome] = [None] * len(values)
+        out: list[Any] = [None] * len(values)  # every slot is set below
         events: list[dict[str, Any]] = []
         where: list[int] = []
         schema_of: list[int | None] = []

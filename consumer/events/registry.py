@@ -23,6 +23,7 @@ dozen replicas starting at once register the same schema and get the same ID).
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -33,6 +34,7 @@ import httpx2
 from confluent_kafka.schema_registry import RegisteredSchema, Schema
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from consumer import fate
 from consumer.config import Settings
 from consumer.errors import ConfigError, DeadLetterReason, ModelError, RecordError, ValidationError
 from consumer.events import avro
@@ -44,8 +46,6 @@ log = logging.getLogger(__name__)
 
 #: An ID the registry did not know is asked for again after this long, s.
 UNKNOWN_TTL_S = 60.0
-#: HTTP statuses that mean "not answering now" rather than "no".
-_UNAVAILABLE = frozenset({408, 429})
 #: What a connection that fails raises (httpx2 is the HTTP client of confluent-kafka's registry client).
 _TRANSPORT_ERRORS = (httpx2.TransportError, OSError, TimeoutError)
 
@@ -64,6 +64,8 @@ class RegistryClient(Protocol):
     async def register_schema(self, subject_name: str, schema: Schema) -> int: ...
 
     async def get_latest_version(self, subject_name: str) -> RegisteredSchema: ...
+
+    async def get_schema_types(self) -> list[str]: ...
 
     async def aclose(self) -> None: ...
 
@@ -204,11 +206,17 @@ class Schemas:
         record), and with enriched results its result schema must be registered (or registrable), so a registry that
         refuses writes stops start-up too. A subject without versions yet is skipped (logged).
 
+        First of all the URL must answer as a Confluent-compatible API (:meth:`check_api`).
+
         Raises:
             ModelError: the latest writer schema cannot feed the model (its ID and the reason named).
-            ConfigError: the result schema is missing and ``register_result_schema`` is off, or registering it was
-                refused (the subject and the registry's answer named).
+            ConfigError: ``schema_registry_url`` answers but not as the API, or its credentials are refused
+                (:meth:`check_api`); the input mapping names a field the latest writer schema lacks
+                (``input_mapping``, the field and the schema's fields named); the result schema is missing and
+                ``register_result_schema`` is off, or registering it was refused (the subject and the registry's
+                answer named).
         """
+        await self.check_api(idle)
         latest = await self._call(lambda: self._client.get_latest_version(requests_subject), idle, missing_ok=True)
         if latest is None:
             log.info("subject %s has no schema yet: the result schemas are checked as writer schemas appear",
@@ -222,10 +230,41 @@ class Schemas:
             return
         if known.error.reason is DeadLetterReason.RESULT_SCHEMA_REFUSED:
             raise ConfigError(f"register_result_schema / schema registry: {known.error}")
+        if known.error.reason is DeadLetterReason.MISSING_FIELD:  # the mapping names what the schema lacks
+            raise ConfigError(
+                f"input_mapping names a field the latest writer schema of {requests_subject} (id {schema_id}) lacks: "
+                f"{known.error}; "
+                f"{_fields_hint(known.parsed, str(known.error))}fix the mapping's field names (or the producers' "
+                "schema): else every record is dead-lettered missing_field"
+            )
         raise ModelError(
             f"the latest writer schema of {requests_subject} (id {schema_id}) cannot feed the model as mapped: "
             f"{known.error.reason.value}: {known.error}"
         )
+
+    async def check_api(self, idle: Idle | None = None) -> None:
+        """The URL answers as a Confluent-compatible Schema Registry API: ``GET <url>/schemas/types`` (a cheap read
+        every such registry serves: Confluent >= 5.5, Apicurio's ccompat, Karapace, Redpanda) is a JSON list naming
+        ``AVRO``. A registry that does not answer (connection refused, time-out, 5xx) is waited out as for any
+        request, its URL logged once.
+
+        Raises:
+            ConfigError: an answer that is not the API (a 404 or other 4xx, a redirect, an HTML page, JSON of another
+                shape), or credentials refused (401/403); the message names ``schema_registry_url`` (or the
+                credentials' settings) and the likely fix.
+        """
+        log.info("checking the schema registry at %s (GET /schemas/types)", self._url)
+        try:
+            answer = await self._call(self._client.get_schema_types, idle)
+        except (_Unknown, SchemaRegistryError) as exc:
+            status = 404 if isinstance(exc, _Unknown) else exc.http_status_code
+            raise ConfigError(_api_problem(self._url, f"HTTP {status}", status)) from None
+        except ValueError as exc:  # a 2xx whose body is no JSON: a web page, a proxy's answer
+            raise ConfigError(_api_problem(self._url, f"an answer that is not JSON ({_short(exc)})", 200)) from None
+        if not isinstance(answer, list) or not all(isinstance(t, str) for t in answer):
+            raise ConfigError(_api_problem(self._url, f"JSON that is not a list of schema types ({answer!r:.80})", 200))
+        if "AVRO" not in answer:
+            raise ConfigError(f"schema_registry_url={self._url}: the registry serves no Avro schemas (types {answer})")
 
     # ---------------------------------------------------------------------------------------------- internals
     async def _resolve(self, schema_id: int, idle: Idle | None) -> None:
@@ -235,7 +274,7 @@ class Schemas:
                 schema = await self._call(lambda: self._client.get_schema(schema_id), idle)
                 break
             except _Unknown:
-                if attempt >= self._unknown_retries:
+                if fate.bounded(attempt, self._unknown_retries, fate.Action.DEAD_LETTER) is fate.Action.DEAD_LETTER:
                     log.warning("schema ID %d is unknown to the schema registry (asked %d times): its records are "
                                 "dead-lettered unknown_schema_id", schema_id, attempt + 1)  # fmt: skip
                     self._unknown[schema_id] = self._clock() + UNKNOWN_TTL_S
@@ -295,12 +334,13 @@ class Schemas:
             try:
                 answer = await request()
             except SchemaRegistryError as exc:
-                if exc.http_status_code == 404:
+                action = fate.of_registry(exc.http_status_code)
+                if action is fate.Action.RETRY:  # 404: an unknown ID, asked again by the caller
                     self._answered()
                     if missing_ok:
                         return None
                     raise _Unknown from None
-                if exc.http_status_code < 500 and exc.http_status_code not in _UNAVAILABLE:
+                if action is not fate.Action.WAIT:
                     self._answered()
                     raise
                 self._unanswered(exc)
@@ -325,6 +365,35 @@ class Schemas:
             log.info("schema registry %s answers again after %.1f s", self._url, self._clock() - self.down_since)
             self.down_since = None
             self._reachable(True)
+
+
+def _api_problem(url: str, what: str, status: int) -> str:
+    """The message of a registry URL that answered ``what`` (HTTP ``status``) to ``GET <url>/schemas/types``."""
+    if status in (401, 403):
+        return (f"schema_registry_url={url}: the registry refused the credentials ({what}): check "
+                "schema_registry_username and schema_registry_password (or schema_registry_password_file)")  # fmt: skip
+    base = url.rstrip("/")
+    hint = (f"for Apicurio Registry the URL ends in /apis/ccompat/v7 ({base}/apis/ccompat/v7), not in its own API's "
+            "path" if "/apis/" in base and not base.endswith("/ccompat/v7")
+            else f"for Apicurio Registry add its Confluent-compatible path: {base}/apis/ccompat/v7"
+            if "/apis/" not in base else "check the host, port and path")  # fmt: skip
+    return (f"schema_registry_url={url} answers, but not as a Confluent-compatible Schema Registry API "
+            f"(GET {base}/schemas/types: {what}); {hint} (Confluent Schema Registry, Karapace and Redpanda serve it at "
+            "their root, e.g. http://registry:8081)")  # fmt: skip
+
+
+def _fields_hint(parsed: Any, error: str) -> str:
+    """``did you mean 'x'? `` for the field name quoted first in ``error`` against the top-level fields of schema
+    ``parsed`` (fastavro's parsed record), with the fields it has; "" when there is nothing to say."""
+    fields = [f.get("name") for f in parsed.get("fields", [])] if isinstance(parsed, dict) else []
+    fields = [f for f in fields if isinstance(f, str)]
+    if not fields:
+        return ""
+    quoted = error.split("'")
+    close = difflib.get_close_matches(quoted[1], fields, n=1) if len(quoted) > 1 else []
+    mean = f"did you mean {close[0]!r}? " if close else ""
+    shown = ", ".join(fields[:20]) + (", ..." if len(fields) > 20 else "")
+    return f"{mean}its fields: {shown}; "
 
 
 def _wrong(message: str) -> RecordError:

@@ -7,9 +7,10 @@ Secrets are read here, at start-up, from ``sasl_password`` (environment ``STREAM
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka.helpers import create_ssl_context
+from pydantic import SecretStr
 
 from consumer.config import Settings
 from consumer.errors import ConfigError
@@ -44,7 +45,32 @@ def _read_secret(name: str, path: Path) -> str:
         raise ConfigError(f"{name}: {exc}") from None
 
 
-def kafka_security_kwargs(settings: Settings) -> dict[str, Any]:
+class SecuritySettings(Protocol):
+    """The security part of :class:`~consumer.config.Settings` (the user tools' ``ClientSecurity`` has it too)."""
+
+    @property
+    def security_protocol(self) -> str: ...
+    @property
+    def sasl_mechanism(self) -> str: ...
+    @property
+    def sasl_username(self) -> str | None: ...
+    @property
+    def sasl_password(self) -> SecretStr | None: ...
+    @property
+    def sasl_password_file(self) -> Path | None: ...
+    @property
+    def ssl_cafile(self) -> Path | None: ...
+    @property
+    def ssl_certfile(self) -> Path | None: ...
+    @property
+    def ssl_keyfile(self) -> Path | None: ...
+    @property
+    def ssl_key_password(self) -> SecretStr | None: ...
+    @property
+    def ssl_check_hostname(self) -> bool: ...
+
+
+def kafka_security_kwargs(settings: SecuritySettings) -> dict[str, Any]:
     """Keyword arguments for ``AIOKafkaConsumer`` / ``AIOKafkaProducer`` / ``AIOKafkaAdminClient``.
 
     Raises:

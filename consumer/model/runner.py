@@ -24,7 +24,7 @@ from consumer.model.compat import OutputReader, blank
 from consumer.model.probe import OutputEncoder, graph_constants, probe, rows_from
 from consumer.model.sequence import length_buckets
 from consumer.model.session import CPU, SessionOptions, open_session
-from consumer.schema import ModelSignature, floating
+from consumer.schema import ModelSignature
 
 log = logging.getLogger(__name__)
 
@@ -309,11 +309,6 @@ def split(
         parts.append({name: arr if name in whole else arr[start : start + n] for name, arr in outputs.items()})
         start += n
     return parts
-
-
-def non_finite_outputs(outputs: Mapping[str, np.ndarray]) -> list[str]:
-    """Names of float outputs (bfloat16 included) holding NaN or Inf (JSON cannot carry them)."""
-    return [n for n, a in outputs.items() if floating(a.dtype) and not bool(np.isfinite(a).all())]
 
 
 def warmup_plan(runner: OnnxRunner, max_batch_size: int) -> tuple[list[int], list[int]]:

@@ -1,4 +1,5 @@
-"""What travels beside a record's value: header names, the correlation ID rule, the binary extension's layout.
+"""What travels beside an OIP record's value: the binary extension's header and byte layout (the correlation ID rule,
+shared with events, is :mod:`consumer.answers.headers`).
 
 Binary tensor data (the OIP/KServe V2 binary data extension, as Triton implements it over HTTP): when a record
 carries header ``inference-header-content-length: N`` (decimal text, any case), the first N bytes of the value are
@@ -11,28 +12,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-#: Header carrying the correlation ID on requests (optional) and on every result and dead letter.
-CORRELATION_HEADER = "correlation_id"
 #: Header of a binary-extension record: the JSON part's length, bytes (the HTTP header name of OIP, lower case).
 BINARY_HEADER = "inference-header-content-length"
 
 Headers = Iterable[tuple[str, bytes | None]]
-
-
-def correlation_id(
-    headers: Headers, request_id: str | None, key: bytes | None, fallback: tuple[str, int, int]
-) -> bytes:
-    """The record's correlation ID: header ``correlation_id`` (first if repeated), else the request ``id``,
-    else the record key, else ``topic:partition:offset`` of the record (``fallback``, formatted only when
-    needed). Echoed byte-for-byte."""
-    for name, value in headers:
-        if name == CORRELATION_HEADER and value is not None:
-            return value
-    if request_id is not None:
-        return request_id.encode()
-    if key is not None:
-        return key
-    return "{}:{}:{}".format(*fallback).encode()
 
 
 def le_bytes(arr: np.ndarray) -> bytes:

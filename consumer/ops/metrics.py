@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 from consumer.errors import DeadLetterReason
@@ -206,6 +206,10 @@ class Metrics:
             ["device"],
             registry=registry,
         )
+        # process_cpu_seconds_total, process_resident_memory_bytes, ... (Linux /proc): the CPU per record the
+        # gates (streaminfer-gates) read beside the records counted
+        self.process = ProcessCollector(registry=registry)
+        self.gpu_utilization = GpuUtilization(registry)
         for outcome in OUTCOMES:
             self.records.labels(outcome)
         for stage in STAGES:
@@ -217,12 +221,20 @@ class Metrics:
         for event in PRODUCER_EVENTS:
             self.transactional_producers.labels(event)
 
-    def track_gpu_memory(self, device_index: int, read_used_bytes: Callable[[], float] | None = None) -> bool:
-        """Report ``streaminfer_gpu_memory_used_bytes{device}`` at scrape time through NVML (nvidia-ml-py).
+    def track_gpu_memory(
+        self,
+        device_index: int,
+        read_used_bytes: Callable[[], float] | None = None,
+        read_utilization: Callable[[], float] | None = None,
+    ) -> bool:
+        """Report ``streaminfer_gpu_memory_used_bytes{device}`` and ``streaminfer_gpu_utilization_ratio{device}``
+        at scrape time through NVML (nvidia-ml-py).
 
         Args:
             device_index: the CUDA device ONNX Runtime uses.
-            read_used_bytes: the reader (tests pass a fake); default NVML's ``nvmlDeviceGetMemoryInfo().used``.
+            read_used_bytes: the memory reader (tests pass a fake); default NVML's ``nvmlDeviceGetMemoryInfo().used``.
+            read_utilization: the utilisation reader, a ratio 0..1 (tests pass a fake); default NVML's
+                ``nvmlDeviceGetUtilizationRates().gpu`` / 100 when the memory reader is NVML's, else none.
 
         Returns:
             False when NVML is not available (no NVIDIA driver), True otherwise.
@@ -231,7 +243,10 @@ class Metrics:
             read_used_bytes = nvml_used_bytes_reader(device_index)
             if read_used_bytes is None:
                 return False
+            if read_utilization is None:
+                read_utilization = nvml_utilization_reader(device_index)
         self.gpu_memory_used_bytes.labels(str(device_index)).set_function(read_used_bytes)
+        self.gpu_utilization.track(device_index, read_utilization)
         return True
 
 
@@ -245,6 +260,62 @@ def nvml_used_bytes_reader(device_index: int) -> Callable[[], float] | None:
     except Exception:  # noqa: BLE001 (NVMLError, ImportError: no driver, no GPU)
         return None
     return lambda: float(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+
+
+def nvml_utilization_reader(device_index: int) -> Callable[[], float] | None:
+    """A function returning the device's utilisation (NVML ``nvmlDeviceGetUtilizationRates().gpu``: the share of
+    the driver's last sample period, 1/6 s to 1 s, in which a kernel ran, 0..100 %) as a ratio 0..1, or None when
+    NVML cannot start."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+    except Exception:  # noqa: BLE001 (NVMLError, ImportError: no driver, no GPU)
+        return None
+    return lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu) / 100.0
+
+
+class GpuUtilization:
+    """``streaminfer_gpu_utilization_ratio{device}``: GPU busy share (0..1, NVML), read at scrape time. A device
+    whose read fails (no driver, a lost GPU, NVML's errors) gives no sample, never a failed scrape.
+
+    Args:
+        registry: where to register.
+    """
+
+    NAME = "streaminfer_gpu_utilization_ratio"
+    DOC = (
+        "Share of NVML's last sample period (1/6 s to 1 s) in which a kernel ran on the GPU ONNX Runtime uses, 0..1. "
+        "Absent on CPU."
+    )
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._readers: dict[str, Callable[[], float]] = {}
+        registry.register(self)
+
+    def track(self, device_index: int, read_ratio: Callable[[], float] | None) -> bool:
+        """Read ``read_ratio`` (a ratio 0..1; tests pass a fake) for ``device_index`` at every scrape; False (and
+        nothing tracked) when it is None."""
+        if read_ratio is None:
+            return False
+        self._readers[str(device_index)] = read_ratio
+        return True
+
+    def describe(self) -> list[Metric]:
+        """The metric's name and type, for the registry."""
+        return [GaugeMetricFamily(self.NAME, self.DOC, labels=["device"])]
+
+    def collect(self) -> Iterator[Metric]:
+        """One sample per device whose read answers."""
+        family = GaugeMetricFamily(self.NAME, self.DOC, labels=["device"])
+        for device, read in self._readers.items():
+            try:
+                value = read()
+            except Exception:  # noqa: BLE001, S112 (NVMLError and the like: this scrape has no sample)
+                continue
+            family.add_metric([device], value)
+        yield family
 
 
 class BulkHistogram:

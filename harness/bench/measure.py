@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from consumer.oip.records import REQUEST_TIMESTAMP_HEADER
+from consumer.answers.records import REQUEST_TIMESTAMP_HEADER
 from consumer.ops.metrics import STAGES
 from harness.process import ConsumerProcess, stop_process
 from harness.scrape import metric_families

@@ -14,9 +14,9 @@ import numpy as np
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
+from consumer.answers.headers import CORRELATION_HEADER
 from consumer.errors import DeadLetterReason
 from consumer.oip.client import encode_request
-from consumer.oip.wire import CORRELATION_HEADER
 from harness.bombs import bomb_producer, send_whole_batch_bomb
 from harness.faults.harness import (
     HEARTBEAT_MS,

@@ -58,9 +58,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from consumer.answers.headers import CORRELATION_HEADER
+from consumer.answers.records import REQUEST_TIMESTAMP_HEADER
 from consumer.oip.client import encode_request
-from consumer.oip.records import REQUEST_TIMESTAMP_HEADER
-from consumer.oip.wire import CORRELATION_HEADER
 from harness.faults.harness import SESSION_TIMEOUT_MS, Harness, Outcome, Plan, log_excerpt
 from harness.process import ConsumerProcess
 

@@ -20,8 +20,9 @@ Outputs, all in ``--out`` (default ``models/breast_cancer/artifacts/``, ignored 
 - ``heldout.npz``: ``x`` float64 ``[n, 30]``, ``y`` int64 ``[n]``, ``rows`` int64 ``[n]`` (row index in the set)
 - ``events.jsonl``: one JSON event per held-out row, the fields of ``events.avsc`` (``patient_id``, the 30
   features as numbers, ``clinic`` ``{"region": ...}`` and ``recorded_at``, which the model does not use) plus, for
-  checking, ``expected_label`` (the exported model's label) and ``expected_probability`` (its probability of class 1,
-  benign), both computed with ONNX Runtime on ``breast_cancer.onnx`` from the event's own values cast to float32
+  checking, ``true_label`` (the held-out truth: 0 malignant, 1 benign), ``expected_label`` (the exported model's
+  label) and ``expected_probability`` (its probability of class 1, benign), these two computed with ONNX Runtime on
+  ``breast_cancer.onnx`` from the event's own values cast to float32
 - ``metrics.json``: ``{"heldout_accuracy": ..., "onnx_heldout_accuracy": ..., "heldout_rows": ..., "train_rows": ...}``
 
 The committed ``events.avsc`` (record ``example.clinic.BreastCancerEvent``) is checked against the data set: it must
@@ -174,7 +175,8 @@ def build(out: Path, seed: int = 0) -> dict[str, float | int]:
     if not (np.array_equal(label, label_v) and np.allclose(proba, proba_v, rtol=0, atol=1e-6)):
         raise RuntimeError("the two exports disagree on the held-out rows")
     with (out / "events.jsonl").open("w") as fh:
-        for body, lab, p in zip(events, label, proba, strict=True):
+        for body, truth, lab, p in zip(events, y_test, label, proba, strict=True):
+            body["true_label"] = int(truth)
             body["expected_label"] = int(lab)
             body["expected_probability"] = float(p[1])
             fh.write(json.dumps(body) + "\n")

@@ -91,8 +91,9 @@ def test_the_events_are_valid_avro_and_carry_the_models_answers(breast_cancer_mo
     feeds = {name: np.array([[e[name]] for e in rows], dtype=np.float32) for name in inputs}
     label, proba = session(breast_cancer_model / "breast_cancer.onnx").run(["label", "probabilities"], feeds)
     for i, body in enumerate(rows):
-        expected = {k: body.pop(k) for k in ("expected_label", "expected_probability")}
+        expected = {k: body.pop(k) for k in ("true_label", "expected_label", "expected_probability")}
         assert validate(body, schema, raise_errors=True)
+        assert expected["true_label"] == int(heldout["y"][i])  # the truth, not the model's answer
         assert expected["expected_label"] == int(label[i])
         assert expected["expected_probability"] == pytest.approx(float(proba[i, 1]), abs=1e-7)
         assert body["recorded_at"].startswith("2026-")

@@ -14,8 +14,8 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from consumer.answers.headers import CORRELATION_HEADER
 from consumer.oip.client import encode_request
-from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.dlq import main
 from producer_tools.produce import Outgoing
 from tests.integration.conftest import AppFactory, answers, read_all

@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from consumer.oip.client import encode_request
-from consumer.oip.records import (
+from consumer.answers.headers import CORRELATION_HEADER
+from consumer.answers.records import (
     CLASS_HEADER,
     GROUP_HEADER,
     MESSAGE_HEADER,
@@ -20,7 +20,7 @@ from consumer.oip.records import (
     REASON_HEADER,
     TOPIC_HEADER,
 )
-from consumer.oip.wire import CORRELATION_HEADER
+from consumer.oip.client import encode_request
 from producer_tools.produce import Outgoing, digits_requests, interleave, poison_requests, send_all
 from producer_tools.results import collect
 from tests.integration.conftest import AppFactory, answers, read_all

@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 import orjson
 import pytest
+import yaml
 from aiokafka import AIOKafkaProducer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -25,10 +26,13 @@ from consumer.app import StreamInferApp
 from consumer.errors import ConfigError
 from consumer.events.avro import frame
 from harness.registry import LocalRegistry
-from producer_tools.events import read_events, registry_config
+from producer_tools.events import EXPECTATION_FIELDS, read_events, registry_config
 from tests.integration.conftest import AppFactory, read_all
 
 pytestmark = pytest.mark.integration
+
+#: The mapping example docs/events.md runs (committed beside the model's build script).
+MAPPING = Path(__file__).resolve().parents[2] / "models" / "breast_cancer" / "mapping.yaml"
 
 #: A result field the tests read, and the reason header of a dead letter.
 REASON = "streaminfer.error.reason"
@@ -38,8 +42,8 @@ def events_of(folder: Path, n: int) -> list[dict[str, Any]]:
     """``n`` example events without the manifest's expectation fields."""
     out = []
     for event in read_events(folder / "events.jsonl", limit=n):
-        event.pop("expected_label", None)
-        event.pop("expected_probability", None)
+        for name in EXPECTATION_FIELDS:
+            event.pop(name, None)
         out.append(event)
     return out
 
@@ -145,6 +149,28 @@ async def test_json_events_are_enriched_and_bad_ones_dead_lettered(
     assert set(enriched) == {e["patient_id"] for e in good}
     for event in good:
         check_enriched(enriched[event["patient_id"]], event, expected[event["patient_id"]])
+
+
+async def test_the_documented_mapping_file_feeds_the_vector_model(
+    kafka_bootstrap: str, topics: dict[str, str], start_app: AppFactory, breast_cancer_model: Path
+) -> None:
+    """models/breast_cancer/mapping.yaml, as docs/events.md runs it: the 30 fields in the model's order into the one
+    ``features`` input of breast_cancer_features.onnx, the label renamed; the answers are the direct run's."""
+    folder = breast_cancer_model
+    mapping = yaml.safe_load(MAPPING.read_text())
+    assert mapping["inputs"]["features"] == json.loads((folder / "features.json").read_text())["fields"]
+    events = events_of(folder, 20)
+    expected = direct(folder, events)
+    await start_app(model_path=folder / "breast_cancer_features.onnx", request_format="json", input_mapping=MAPPING)
+    await send(kafka_bootstrap, topics["requests"], [(e["patient_id"].encode(), orjson.dumps(e)) for e in events])
+    results, dead = await until_answered(kafka_bootstrap, topics, len(events))
+    assert dead == []
+    enriched = {r.key.decode(): orjson.loads(r.value) for r in results}
+    assert set(enriched) == set(expected)
+    for patient, (label, probabilities) in expected.items():
+        assert "label" not in enriched[patient]
+        assert enriched[patient]["predicted_label"] == label
+        assert enriched[patient]["probabilities"] == pytest.approx(probabilities, rel=1e-5, abs=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------ Avro

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from consumer.oip.records import (
+from consumer.answers.records import (
     FIRST_OFFSET_HEADER,
     LAST_OFFSET_HEADER,
     OFFSET_HEADER,

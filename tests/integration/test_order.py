@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from consumer.answers.headers import CORRELATION_HEADER
 from consumer.oip.client import encode_request
-from consumer.oip.wire import CORRELATION_HEADER
 from tests.integration.conftest import AppFactory
 
 pytestmark = pytest.mark.integration

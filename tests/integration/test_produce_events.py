@@ -17,7 +17,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from consumer.oip.wire import CORRELATION_HEADER
+from consumer.answers.headers import CORRELATION_HEADER
 from harness.ports import free_port
 from producer_tools.events import registry_config
 from producer_tools.produce import main
@@ -62,7 +62,8 @@ def check(records: list[Any], manifest: dict[str, dict[str, Any]], sent: list[di
         cid = dict(record.headers)[CORRELATION_HEADER].decode()
         entry = manifest[cid]
         expected = dict(by_patient[record.key.decode()])
-        assert entry["label"] == expected.pop("expected_label")
+        assert entry["label"] == expected.pop("true_label")
+        assert entry["expected_label"] == expected.pop("expected_label")
         assert entry["expected_probability"] == expected.pop("expected_probability")
         assert decode(record) == expected
         seen.add(cid)

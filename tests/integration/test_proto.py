@@ -11,8 +11,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from tritonclient.grpc import service_pb2 as triton
 
+from consumer.answers.headers import CORRELATION_HEADER
 from consumer.oip.client import encode_request
-from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.produce import Outgoing
 from tests.integration.conftest import AppFactory, answers, read_all
 

@@ -11,9 +11,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from consumer.__main__ import EXIT_KAFKA, main
+from consumer.answers.headers import CORRELATION_HEADER
+from consumer.answers.records import REASON_HEADER, VALUE_DROPPED_HEADER
 from consumer.oip.client import encode_request
-from consumer.oip.records import REASON_HEADER, VALUE_DROPPED_HEADER
-from consumer.oip.wire import CORRELATION_HEADER
 from producer_tools.produce import Outgoing, digits_requests
 from producer_tools.topics import ensure_topics
 from tests.integration.conftest import AppFactory, answers

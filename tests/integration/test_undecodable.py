@@ -12,8 +12,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
-from consumer.oip.records import OFFSET_HEADER, REASON_HEADER
-from consumer.oip.wire import CORRELATION_HEADER
+from consumer.answers.headers import CORRELATION_HEADER
+from consumer.answers.records import OFFSET_HEADER, REASON_HEADER
 from producer_tools.produce import digits_requests
 from producer_tools.results import collect
 from tests.integration.conftest import AppFactory

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from consumer.ops.metrics import Metrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "k8s" / "grafana" / "streaminfer-dashboard.json"
-METRIC = re.compile(r"\b(streaminfer_[a-z_]+)")
+METRIC = re.compile(r"\b((?:streaminfer|process)_[a-z_]+)")
 
 
 def exported_names() -> set[str]:
@@ -19,6 +19,7 @@ def exported_names() -> set[str]:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     metrics.gpu_memory_used_bytes.labels("0").set(0)
+    metrics.gpu_utilization.track(0, lambda: 0.0)
     metrics.consumer_lag.labels("requests", "0").set(0)
     metrics.commit_failures.labels("CommitFailedError").inc(0)
     metrics.model.info({"model_name": "m", "model_version": "1", "provider": "CPUExecutionProvider"})
@@ -79,3 +80,19 @@ def test_panels_do_not_overlap() -> None:
         cells = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
         assert not cells & taken, f"panel {panel['id']} overlaps another"
         taken |= cells
+
+
+def test_a_gates_row_shows_what_streaminfer_gates_reads() -> None:
+    """CPU per record, the stages' shares, GPU utilisation, batches of 1 and p99, in one row under its header."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    row = next(p for p in panels if p["type"] == "row" and "gates" in p["title"])
+    below = [p for p in panels if p["gridPos"]["y"] == row["gridPos"]["y"] + row["gridPos"]["h"]]
+    exprs = " ".join(t["expr"] for p in below for t in p["targets"])
+    for needed in (
+        "process_cpu_seconds_total",
+        "streaminfer_gpu_utilization_ratio",
+        'stage=~"decode|assemble|encode"',
+        'le="1.0"',
+        "streaminfer_record_age_seconds_bucket",
+    ):
+        assert needed in exprs, needed

@@ -79,12 +79,13 @@ def container_of(docs: tuple[Doc, ...]) -> Doc:
 # ------------------------------------------------------------------------------------------- built-in kinds
 #: The built-in kinds each overlay renders (the rest are custom resources, checked against their CRDs below).
 BUILTIN_KINDS = {
-    "cpu": ["ConfigMap", "Deployment", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"],
-    "gpu": ["ConfigMap", "Deployment", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"],
+    "cpu": ["ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"],
+    "gpu": ["ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"],
     "cpu-hpa": [
         "ConfigMap",
         "Deployment",
         "HorizontalPodAutoscaler",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Service",
         "ServiceAccount",

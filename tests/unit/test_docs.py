@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from consumer import fate
 from consumer.config import Settings
 from consumer.errors import DeadLetterReason
 from consumer.ops.metrics import Metrics
@@ -62,7 +63,14 @@ REASON_ROWS = {row[0].strip("`"): row for row in table_rows(CONTRACT_PAGE, "## D
 @pytest.mark.parametrize("reason", list(DeadLetterReason))
 def test_every_dead_letter_reason_in_the_reasons_table(reason: DeadLetterReason) -> None:
     assert reason.value in REASON_ROWS, f"docs/record-contract.md: no row for {reason.value}"
-    assert len(REASON_ROWS[reason.value]) == 3, "reason | when | assigned by"
+    assert len(REASON_ROWS[reason.value]) == 4, "reason | when | assigned by | action"
+
+
+@pytest.mark.parametrize("reason", list(DeadLetterReason))
+def test_every_reason_has_its_action_in_the_fate_table_and_the_docs(reason: DeadLetterReason) -> None:
+    """reason -> action: a new reason cannot land without its row in consumer.fate.REASONS and on the page."""
+    assert reason in fate.REASONS, f"consumer/fate.py: REASONS has no action for {reason.value}"
+    assert REASON_ROWS[reason.value][3] == f"`{fate.REASONS[reason].value}`", "docs/record-contract.md: action"
 
 
 def test_reasons_table_holds_only_reasons() -> None:
@@ -99,6 +107,15 @@ def test_every_reason_names_who_assigns_it() -> None:
 def test_every_assigner_in_the_reasons_table_exists(reason: str, dotted: str) -> None:
     """Names are in the layout of the "house" move (issue 25): this fails on the layout before it."""
     assert callable(resolve(dotted)), f"{reason}: {dotted} is not a function"
+
+
+FAILURE_ROWS = {row[0].strip("`"): row for row in table_rows(CONTRACT_PAGE, "## When something fails")}
+
+
+def test_every_failure_class_on_the_page_with_its_action() -> None:
+    assert set(FAILURE_ROWS) == set(fate.FAILURES)
+    for name, action in fate.FAILURES.items():
+        assert FAILURE_ROWS[name][2].startswith(f"`{action.value}`"), f"docs/record-contract.md: {name}"
 
 
 # ------------------------------------------------------------------------------------------------ metrics
@@ -222,3 +239,22 @@ def test_the_architecture_page_names_every_consumer_module() -> None:
     )
     assert len(modules) > 40
     assert [m for m in modules if f"`{m}`" not in page] == []
+
+
+# ------------------------------------------------------------------------------------------------ events
+def test_the_events_page_shows_the_mapping_file_it_runs() -> None:
+    page = (DOCS / "events.md").read_text()
+    mapping = (ROOT / "models" / "breast_cancer" / "mapping.yaml").read_text()
+    assert f"```yaml\n{mapping}```" in page, "docs/events.md: the mapping example is models/breast_cancer/mapping.yaml"
+    assert "--input-mapping models/breast_cancer/mapping.yaml" in page
+
+
+def test_each_events_block_starts_what_it_uses() -> None:
+    """Each sh block of the events walkthrough runs alone in a fresh shell: it sets every variable it reads."""
+    page = (DOCS / "events.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", page, flags=re.S)
+    assert len(blocks) >= 3
+    for block in blocks:
+        used = set(re.findall(r"\$\{?([A-Z_]+)", block))
+        assigned = set(re.findall(r"^([A-Z_]+)=", block, flags=re.M))
+        assert used <= assigned, f"docs/events.md: a block reads {used - assigned} without setting it:\n{block}"

@@ -13,10 +13,10 @@ import numpy as np
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
+from consumer.answers.records import OFFSET_HEADER, PARTITION_HEADER, REASON_HEADER
 from consumer.app import StreamInferApp
 from consumer.config import Settings
 from consumer.oip.client import encode_request
-from consumer.oip.records import OFFSET_HEADER, PARTITION_HEADER, REASON_HEADER
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing
 from consumer.schema import ModelSignature

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+from consumer.answers.outputs import non_finite
 from consumer.schema import ModelSignature
 from tests.unit.fakes import FakeClock
 from tests.unit.wired import INFERENCE_OOM, Wired, digits_value, in_offset_order, per_destination
@@ -51,3 +54,14 @@ async def test_a_record_that_keeps_running_out_of_memory_is_dead_lettered_alone_
     assert h.metrics.registry.get_sample_value("streaminfer_retries_total", INFERENCE_OOM) == 3
     assert all(in_offset_order(answers) for answers in per_destination(h.handed_over()).values())
     await h.stop()
+
+
+def test_non_finite_names_the_outputs_of_each_request_once_per_batch() -> None:
+    ok = np.ones((3, 2), dtype=np.float32)
+    bad = np.ones((3, 2), dtype=np.float32)
+    bad[1, 0] = np.nan
+    ints = np.array([1, 2, 3])
+    assert non_finite([("ok", ok), ("ints", ints)], [1, 2], frozenset()) is None
+    assert non_finite([("ok", ok), ("bad", bad), ("ints", ints)], [1, 2], frozenset()) == [[], ["bad"]]
+    whole = np.array([np.inf], dtype=np.float32)  # no batch axis: spoils every request
+    assert non_finite([("w", whole), ("bad", bad)], [2, 1], frozenset({"w"})) == [["w", "bad"], ["w"]]

@@ -1,5 +1,5 @@
-"""streaminfer-dlq without a broker: dead letters as the consumer writes them (consumer.oip.records) split back into the
-request and the error, the selection flags, the replayed record's headers, the refusals."""
+"""streaminfer-dlq without a broker: dead letters as the consumer writes them (consumer.answers.records) split back into
+the request and the error, the selection flags, the replayed record's headers, the refusals."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from consumer.answers.records import REASON_HEADER, AnswerRecords
 from consumer.errors import DeadLetterReason, RecordError
 from consumer.kafka.unpack import Dropped
-from consumer.oip.records import REASON_HEADER, AnswerRecords
 from producer_tools.cli import BadArgument
 from producer_tools.dlq import (
     REPLAY_HEADER,

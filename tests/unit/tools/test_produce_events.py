@@ -27,7 +27,8 @@ def an_event(i: int) -> dict[str, Any]:
     body: dict[str, Any] = {"patient_id": f"bc-{i:04d}"}
     body.update({f["name"]: 0.25 * k + i for k, f in enumerate(schema["fields"]) if f["type"] == "double"})
     body.update({"clinic": {"region": "north"}, "recorded_at": "2026-03-02T08:00:00Z"})
-    body.update({"expected_label": i % 2, "expected_probability": 0.5 + i / 100})
+    # the truth differs from the model's answer for every other event: the manifest must keep them apart
+    body.update({"true_label": i // 2 % 2, "expected_label": i % 2, "expected_probability": 0.5 + i / 100})
     return body
 
 
@@ -119,11 +120,17 @@ def test_json_events_are_sent_as_they_are_without_their_expectations(events_file
     assert [r.correlation_id for r in records] == ["run-000000", "run-000001", "run-000002"]
     for i, rec in enumerate(records):
         expected = an_event(i)
-        label, probability = expected.pop("expected_label"), expected.pop("expected_probability")
+        truth, label = expected.pop("true_label"), expected.pop("expected_label")
+        probability = expected.pop("expected_probability")
         assert rec.value is not None
         assert orjson.loads(rec.value) == expected
         assert rec.key == f"bc-{i:04d}".encode()
-        assert rec.manifest() == {"correlation_id": f"run-{i:06d}", "label": label, "expected_probability": probability}
+        assert rec.manifest() == {
+            "correlation_id": f"run-{i:06d}",
+            "label": truth,
+            "expected_label": label,
+            "expected_probability": probability,
+        }
 
 
 def test_without_a_key_field_the_key_is_the_correlation_id(events_file: Path) -> None:
@@ -155,10 +162,10 @@ def test_avro_events_are_confluent_framed_and_decode_with_the_schema(events_file
         assert rec.value[0] == 0  # magic byte
         ids.add(int.from_bytes(rec.value[1:5], "big"))
         expected = an_event(i)
-        del expected["expected_label"], expected["expected_probability"]
+        del expected["true_label"], expected["expected_label"], expected["expected_probability"]
         assert schemaless_reader(io.BytesIO(rec.value[5:]), parsed, None) == expected
         assert rec.key == b"north"
-        assert rec.label == i % 2
+        assert (rec.label, rec.expected_label) == (i // 2 % 2, i % 2)
     assert len(ids) == 1  # registered once, every record framed with its ID
 
 
@@ -226,7 +233,10 @@ def test_keys_paths_and_expectations() -> None:
     for field in ("list", "none", "nested"):
         with pytest.raises(BadArgument, match=f"--key-field {field}: event 3 holds"):
             key_of(event, field, 3)
-    assert take_expectations({"expected_label": 1, "expected_probability": 1}, 1) == (1, 1.0)
+    assert take_expectations({"expected_label": 1, "expected_probability": 1}, 1) == (None, 1, 1.0)
+    assert take_expectations({"true_label": 0, "expected_label": 1}, 1) == (0, 1, None)
+    with pytest.raises(BadArgument, match="true_label must be an integer"):
+        take_expectations({"true_label": 0.0}, 1)
     with pytest.raises(BadArgument, match="expected_label must be an integer"):
         take_expectations({"expected_label": "benign"}, 1)
     with pytest.raises(BadArgument, match="expected_probability must be a number"):

@@ -29,6 +29,7 @@ from producer_tools.readers import (
     avro_events,
     event_label,
     event_score,
+    field_hints,
     json_event,
 )
 from producer_tools.results import build_report, main, parser, read_answer, reader_of, score_matches
@@ -164,6 +165,24 @@ def test_report_counts_accuracy_and_score_mismatches_against_the_manifest() -> N
     assert report.reason_mismatches == [("e", "missing_field", "wrong_type")]
     assert report.summary("results").endswith(" throughput_rps=1000.0 score_mismatches=1")
     assert "tombstones=" not in report.summary("results")
+
+
+def test_accuracy_is_against_the_truth_and_agreement_against_the_direct_run() -> None:
+    expected = {
+        "a": {"correlation_id": "a", "label": 1, "expected_label": 1},
+        "b": {"correlation_id": "b", "label": 0, "expected_label": 1},  # the model is wrong here
+        "c": {"correlation_id": "c", "label": 0, "expected_label": 0},
+        "d": {"correlation_id": "d", "label": 1, "expected_label": 1},
+    }
+    first = {cid: answer(cid, label=1 if cid != "c" else 0) for cid in "abc"}
+    first["d"] = answer("d", label=0)  # streaminfer changed an answer
+    report = build_report(expected, first, duplicates=0)
+    assert report.accuracy == 2 / 4
+    assert report.agreement == 3 / 4
+    assert " accuracy=0.5000 agreement=0.7500 p50_ms=" in report.summary("results")
+    without = build_report({"a": {"correlation_id": "a", "label": 1}}, {"a": answer("a", label=1)}, duplicates=0)
+    assert without.agreement is None
+    assert " accuracy=1.0000 p50_ms=" in without.summary("results")
 
 
 def test_a_tight_tolerance_finds_what_the_default_lets_through() -> None:
@@ -358,3 +377,21 @@ def test_main_exits_2_on_a_bad_flag_before_reading_anything(
     assert capsys.readouterr().err.startswith("streaminfer-results: --schema-registry-url: --format avro needs")
     assert main(["--manifest", str(manifest), "--score-field", "p"]) == 2
     assert "--score-field: only with --format json or avro" in capsys.readouterr().err
+
+
+def test_results_without_the_label_and_score_fields_get_a_hint_naming_the_flags() -> None:
+    renamed = [{"patient_id": "p-1", "predicted": 1, "probs": [0.2, 0.8]}, {"patient_id": "p-2", "predicted": 0}]
+    hints = field_hints(renamed, EventFields())
+    assert hints == [
+        "hint: no result has the label field 'label': name the field of your input_mapping's outputs with "
+        "--label-field PATH; the results' fields: patient_id, predicted, probs",
+        "hint: no result has the score field 'probabilities': name the field of your input_mapping's outputs with "
+        "--score-field PATH (perhaps --score-field probs); the results' fields: patient_id, predicted, probs",
+    ]
+    assert field_hints(renamed, EventFields(label="predicted", score="probs")) == []  # the flags given: nothing
+
+
+def test_a_field_present_in_some_results_or_nested_gets_no_hint() -> None:
+    events = [{"out": {"label": 1}}, {"other": 2}]
+    assert field_hints(events, EventFields(label="out.label", score="out.label")) == []
+    assert field_hints([], EventFields()) == []  # nothing read: nothing to say

@@ -54,6 +54,8 @@ class FlakyRegistry:
         self.refuse_register = False
         self.calls: list[str] = []
         self.closed = False
+        #: What ``get_schema_types`` answers (a real registry's list) or raises.
+        self.types: list[str] | BaseException = ["JSON", "PROTOBUF", "AVRO"]
 
     def _enter(self, what: str) -> None:
         self.calls.append(what)
@@ -78,6 +80,12 @@ class FlakyRegistry:
     async def get_latest_version(self, subject_name: str) -> RegisteredSchema:
         self._enter("get_latest_version")
         return await self.mock.get_latest_version(subject_name)
+
+    async def get_schema_types(self) -> list[str]:
+        self._enter("get_schema_types")
+        if isinstance(self.types, BaseException):
+            raise self.types
+        return self.types
 
     async def aclose(self) -> None:
         self.closed = True

@@ -1,6 +1,6 @@
-"""Enriched results (consumer/events/enrich.py, consumer/oip/records.py): the event plus the model's outputs, JSON in
-JSON out and Avro in Avro out (framed with the result schema's ID); the request's key and headers kept; tombstones
-forwarded."""
+"""Enriched results (consumer/answers/enrich.py, consumer/answers/records.py): the event plus the model's outputs,
+JSON in JSON out and Avro in Avro out (framed with the result schema's ID); the request's key and headers kept;
+tombstones forwarded."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 
+from consumer.answers.enrich import EnrichedAnswers, check_enriched
+from consumer.answers.records import AnswerRecords
 from consumer.events.avro import output_type, split_frame
-from consumer.events.enrich import EnrichedAnswers, check_enriched
 from consumer.events.mapping import load_mapping
 from consumer.events.registry import Schemas
 from consumer.offsets import PartitionOffsets
-from consumer.oip.records import AnswerRecords
 from consumer.schema import ModelSignature, TensorSpec
 from consumer.timeouts import Backoff
 from consumer.work import DecodedRequest, Event, Work

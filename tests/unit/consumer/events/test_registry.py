@@ -9,6 +9,7 @@ import logging
 
 import numpy as np
 import pytest
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from consumer.errors import ConfigError, ModelError
 from consumer.errors import DeadLetterReason as R
@@ -143,11 +144,97 @@ async def test_start_up_stops_when_the_result_schema_may_not_be_registered() -> 
     assert registry.closed
 
 
-async def test_start_up_stops_when_the_latest_writer_schema_cannot_feed_the_model() -> None:
+async def test_start_up_stops_when_the_mapping_names_a_field_the_latest_writer_schema_lacks() -> None:
     registry, clock = FlakyRegistry(), InstantClock()
-    await registry.add("payments-value", dict(PAYMENT, fields=[f for f in PAYMENT["fields"] if f["name"] != "amount"]))
+    renamed = [dict(f, name="amont") if f["name"] == "amount" else f for f in PAYMENT["fields"]]
+    await registry.add("payments-value", dict(PAYMENT, fields=renamed))
     schemas, _ = schemas_of(registry, clock, enrich=False)
-    with pytest.raises(ModelError, match=r"latest writer schema of payments-value \(id \d+\).*missing_field.*amount"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^input_mapping names a field the latest writer schema of payments-value "
+        r"\(id \d+\) lacks: .*'amount'.*did you mean 'amont'\? its fields: id, amont, device, at",
+    ):
         await schemas.start("payments-value")
     await registry.add("payments-value", PAYMENT)  # a fixed version: the latest now feeds it
     await schemas.start("payments-value")
+
+
+async def test_start_up_stops_when_the_latest_writer_schema_cannot_feed_the_model() -> None:
+    registry, clock = FlakyRegistry(), InstantClock()
+    retyped = [dict(f, type="string") if f["name"] == "amount" else f for f in PAYMENT["fields"]]
+    await registry.add("payments-value", dict(PAYMENT, fields=retyped))
+    schemas, _ = schemas_of(registry, clock, enrich=False)
+    with pytest.raises(ModelError, match=r"latest writer schema of payments-value \(id \d+\).*wrong_type.*amount"):
+        await schemas.start("payments-value")
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (
+            SchemaRegistryError(404, -1, "not found"),
+            r"HTTP 404\); for Apicurio Registry add .*mock://registry/apis/ccompat/v7",
+        ),
+        (SchemaRegistryError(302, -1, "found"), r"HTTP 302\)"),
+        (json.JSONDecodeError("Expecting value", "<html>", 0), r"an answer that is not JSON"),
+        ({"subjects": []}, r"JSON that is not a list of schema types"),
+    ],
+)
+async def test_a_url_that_answers_but_not_as_the_registry_api_stops_start_up(answer: object, expected: str) -> None:
+    registry, clock = FlakyRegistry(), InstantClock()
+    registry.types = answer  # type: ignore[assignment]
+    schemas, _ = schemas_of(registry, clock)
+    with pytest.raises(
+        ConfigError,
+        match=r"^schema_registry_url=mock://registry answers, but not as a "
+        r"Confluent-compatible Schema Registry API \(GET mock://registry/schemas/types: " + expected,
+    ):
+        await schemas.start("payments-value")
+    assert registry.calls == ["get_schema_types"]  # nothing else asked: no subject read as empty
+
+
+async def test_apicurios_own_api_path_is_answered_with_its_compatible_path() -> None:
+    registry, clock = FlakyRegistry(), InstantClock()
+    registry.types = SchemaRegistryError(404, -1, "not found")
+    schemas, _ = schemas_of(registry, clock)
+    schemas._url = "http://host:8080/apis/registry/v2"  # as the settings would give it
+    with pytest.raises(ConfigError, match=r"ends in /apis/ccompat/v7 \(http://host:8080/apis/registry/v2/apis"):
+        await schemas.start("payments-value")
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_refused_registry_credentials_stop_start_up_naming_the_settings(status: int) -> None:
+    registry, clock = FlakyRegistry(), InstantClock()
+    registry.types = SchemaRegistryError(status, status, "unauthorized")
+    schemas, _ = schemas_of(registry, clock)
+    with pytest.raises(ConfigError, match=r"refused the credentials.*schema_registry_username"):
+        await schemas.start("payments-value")
+
+
+async def test_a_registry_without_avro_stops_start_up() -> None:
+    registry, clock = FlakyRegistry(), InstantClock()
+    registry.types = ["JSON", "PROTOBUF"]
+    schemas, _ = schemas_of(registry, clock)
+    with pytest.raises(ConfigError, match="serves no Avro schemas"):
+        await schemas.start("payments-value")
+
+
+async def test_an_unreachable_registry_at_start_up_is_waited_out_naming_its_url(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry, clock = FlakyRegistry(), InstantClock()
+    await registry.add("payments-value", PAYMENT)
+    schemas, seen = schemas_of(registry, clock, enrich=False)
+    registry.down = 4
+    with caplog.at_level(logging.INFO, logger="consumer.events.registry"):
+        await schemas.start("payments-value")
+    assert registry.calls[:5] == ["get_schema_types"] * 5  # asked until it answered, then the subject
+    assert registry.calls[5:] == ["get_latest_version", "get_schema"]
+    assert clock.slept == [0.1, 0.2, 0.4, 0.8]
+    assert seen == [True, False, True]
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line for line in lines if "does not answer" in line] == [
+        "schema registry mock://registry does not answer (connection refused); holding the records that need a "
+        "schema, retrying"
+    ]
+    assert "checking the schema registry at mock://registry (GET /schemas/types)" in lines

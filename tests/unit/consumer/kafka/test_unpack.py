@@ -17,11 +17,7 @@ import pytest
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumer.errors import ConfigError, DeadLetterReason
-from consumer.intake import Intake
-from consumer.kafka.unpack import BatchCorrupt, BatchTooLarge, Dropped, capped_codecs, install
-from consumer.offsets import OffsetTracker
-from consumer.oip.records import (
+from consumer.answers.records import (
     COMPRESSED_BYTES_HEADER,
     FIRST_OFFSET_HEADER,
     LAST_OFFSET_HEADER,
@@ -30,6 +26,10 @@ from consumer.oip.records import (
     VALUE_DROPPED_HEADER,
     AnswerRecords,
 )
+from consumer.errors import ConfigError, DeadLetterReason
+from consumer.intake import Intake
+from consumer.kafka.unpack import BatchCorrupt, BatchTooLarge, Dropped, capped_codecs, install
+from consumer.offsets import OffsetTracker
 from consumer.ops.metrics import Metrics
 from consumer.schema import ModelSignature
 from consumer.work import Limits

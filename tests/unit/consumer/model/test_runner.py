@@ -5,7 +5,7 @@ import pytest
 
 from consumer.errors import DeadLetterReason, InferenceError, transient_reason
 from consumer.model.buffers import BatchBuffers
-from consumer.model.runner import OnnxRunner, non_finite_outputs, split
+from consumer.model.runner import OnnxRunner, split
 from consumer.schema import ModelSignature
 from consumer.timeouts import Backoff
 
@@ -67,11 +67,6 @@ def test_assemble_and_split_round_trip() -> None:
 def test_split_checks_rows() -> None:
     with pytest.raises(ValueError, match="3 rows, batch has 4"):
         split({"y": np.zeros(3)}, [1, 3])
-
-
-def test_non_finite_outputs_named() -> None:
-    out = {"ok": np.array([1.0]), "bad": np.array([np.nan]), "ints": np.array([1])}
-    assert non_finite_outputs(out) == ["bad"]
 
 
 class BatchOneSession(FakeSession):

@@ -6,12 +6,12 @@ import numpy as np
 import orjson
 import pytest
 
+from consumer.answers.headers import correlation_id
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import RecordError
 from consumer.oip.client import decode_response, encode_request
 from consumer.oip.decode import decode_request
 from consumer.oip.encode import encode_response
-from consumer.oip.wire import correlation_id
 from consumer.schema import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 from producer_tools.poison import catalogue

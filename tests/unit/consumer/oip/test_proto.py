@@ -12,13 +12,13 @@ import orjson
 import pytest
 from tritonclient.grpc import service_pb2 as triton
 
+from consumer.answers.records import AnswerRecords
 from consumer.errors import RecordError
 from consumer.oip import proto
 from consumer.oip.chunk import decode_chunk
 from consumer.oip.client import decode_response
 from consumer.oip.decode import decode_one
 from consumer.oip.encode import encode_response, encode_response_binary
-from consumer.oip.records import AnswerRecords
 from consumer.schema import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from consumer.answers.records import AnswerRecords
 from consumer.errors import DeadLetterReason, RecordError
-from consumer.oip.records import AnswerRecords
 
 SINK = AnswerRecords(results_topic="results", dead_letter_topic="requests.dlq", group_id="g")
 TRACE = [

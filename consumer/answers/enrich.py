@@ -11,7 +11,7 @@ output names) after its own fields, in order.
   (:func:`consumer.events.avro.result_schema`) and framed with that schema's ID, so a registry-aware reader (e.g.
   Confluent's ``AvroDeserializer``) reads it.
 
-The result's key and headers are the request's (:class:`consumer.oip.records.AnswerRecords`).
+The result's key and headers are the request's (:class:`consumer.answers.records.AnswerRecords`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ is its last) and gets::
     streaminfer.error.unpacked_bytes_over   the cap it passed (it unpacks to more), bytes
 
 Enriched results (events, ``result_format=enrich``): key = the request's key; value = the event with the model's
-outputs (:mod:`consumer.events.enrich`); headers = the request's own, in order, but for the registry serializers'
+outputs (:mod:`consumer.answers.enrich`); headers = the request's own, in order, but for the registry serializers'
 ``__key_schema_id`` / ``__value_schema_id`` (a reader would decode the result with the request's schema) and the
 two below, which come first::
 
@@ -52,16 +52,27 @@ Records are only built here; :mod:`consumer.delivery.publisher` appends them to 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from consumer.answers.headers import CORRELATION_HEADER
 from consumer.errors import DeadLetterReason, RecordError
 from consumer.kafka.unpack import Dropped
 from consumer.oip.proto import answer_headers
-from consumer.oip.wire import BINARY_HEADER, CORRELATION_HEADER
+from consumer.oip.wire import BINARY_HEADER
 from consumer.ops.tracing import TRACE_CONTEXT_HEADERS
 from consumer.work import RecordLike, Work
 
 Headers = list[tuple[str, bytes | None]]
-#: What is appended to a producer batch: (topic, key, value, headers).
-AnswerRecord = tuple[str, bytes | None, bytes | None, Headers]
+
+
+class AnswerRecord(NamedTuple):
+    """What is appended to a producer batch: one result or dead letter."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
 
 REASON_HEADER = "streaminfer.error.reason"
 MESSAGE_HEADER = "__connect.errors.exception.message"
@@ -129,10 +140,12 @@ class AnswerRecords:
         ``work.reduced``)."""
         if work.tombstone:  # keyless, it gets an empty value: Kafka clients need a key or a value
             value = None if work.record.key is not None else b""
-            return self.results_topic, work.record.key, value, self.kept_headers(work.record, work.correlation_id)
+            return AnswerRecord(
+                self.results_topic, work.record.key, value, self.kept_headers(work.record, work.correlation_id)
+            )
         if work.error is None and work.result is not None:
             if self._enrich:
-                return (
+                return AnswerRecord(
                     self.results_topic,
                     work.record.key,
                     work.result,
@@ -178,7 +191,7 @@ class AnswerRecords:
             ]
         if record.headers:
             headers += [h for h in record.headers if h[0] in TRACE_CONTEXT_HEADERS]
-        return self.results_topic, record.key, value, headers
+        return AnswerRecord(self.results_topic, record.key, value, headers)
 
     def kept_headers(self, record: RecordLike, correlation_id: bytes) -> Headers:
         """An enriched result's (or a tombstone's) headers: the correlation ID and the request's timestamp, then the
@@ -229,4 +242,4 @@ class AnswerRecords:
         ]
         if value is None and key is None:
             value = b""  # Kafka clients need a key or a value; an empty value stands for "none"
-        return self.dead_letter_topic, key, value, headers
+        return AnswerRecord(self.dead_letter_topic, key, value, headers)

@@ -1,0 +1,86 @@
+"""Fixtures for the tests against the one-node cluster of ``make cluster`` (:mod:`harness.cluster`): skipped when
+no cluster runs, failed instead with ``CLUSTER_TESTS_REQUIRED=1`` (``make test-cluster``). Each test works in
+namespaces of its own, deleted afterwards (the kubelet stops their pods: SIGTERM, then the grace period)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.cluster import REPO, bin_dir, node
+
+pytestmark = pytest.mark.cluster
+OVERLAYS = ("cpu", "gpu", "cpu-hpa")
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def cluster_required() -> bool:
+    return os.environ.get("CLUSTER_TESTS_REQUIRED", "").lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Kubectl:
+    """The cached kubectl against the running cluster (``kubectl(*args, input=..., check=True)``)."""
+    if not node.running():
+        reason = "no one-node cluster runs (make cluster)"
+        if cluster_required():
+            pytest.fail(f"CLUSTER_TESTS_REQUIRED=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+
+    def run(*args: str, input: str | None = None, check: bool = True, timeout_s: float = 180) -> Any:
+        return subprocess.run(
+            [str(bin_dir() / "kubectl"), f"--kubeconfig={node.kubeconfig()}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout_s,
+        )
+
+    return run
+
+
+def render(overlay: str | Path, kubectl: Kubectl) -> list[dict[str, Any]]:
+    """The overlay as ``kubectl kustomize`` renders it (the cached kubectl: the same kustomize as the server's
+    version)."""
+    path = overlay if isinstance(overlay, Path) else REPO / "k8s/overlays" / overlay
+    return [d for d in yaml.safe_load_all(kubectl("kustomize", str(path)).stdout) if d]
+
+
+def in_namespace(docs: list[dict[str, Any]], namespace: str) -> str:
+    """``docs`` moved to ``namespace`` (every object of the overlays is namespaced), as one YAML stream."""
+    for doc in docs:
+        doc["metadata"]["namespace"] = namespace
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl) -> Iterator[Callable[[str], str]]:
+    """Make namespaces ``it-<name>-<tag>``; all are deleted (and waited for) after the test."""
+    made: list[str] = []
+
+    def make(name: str) -> str:
+        ns = f"it-{name}-{uuid.uuid4().hex[:6]}"
+        kubectl("create", "namespace", ns)
+        made.append(ns)
+        return ns
+
+    yield make
+    for ns in made:
+        kubectl("delete", "namespace", ns, "--wait=true", "--timeout=120s", check=False, timeout_s=150)
+
+
+def events(kubectl: Kubectl, ns: str) -> str:
+    out = kubectl("get", "events", "-n", ns, "-o", "json", check=False).stdout or "{}"
+    return "\n".join(
+        f"{e.get('involvedObject', {}).get('name')}: {e.get('reason')}: {e.get('message')}"
+        for e in json.loads(out).get("items", [])
+    )

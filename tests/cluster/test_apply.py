@@ -1,0 +1,109 @@
+"""Every overlay applied to a real API server with the operators' real CRDs (``kubectl apply --server-side``):
+admission, strict field decoding, defaulting, selector/label agreement and the CRDs' schemas, which the schema
+checks of tests/manifests cannot see. The CRDs are installed by ``make cluster`` (:mod:`harness.cluster.crds`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.cluster.conftest import OVERLAYS, Kubectl, events, in_namespace, render
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_server_accepts_every_object_of_the_overlay(
+    overlay: str, kubectl: Kubectl, namespace: Callable[[str], str]
+) -> None:
+    docs = render(overlay, kubectl)
+    ns = namespace(overlay)
+    applied = kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=streaminfer-test",
+        "-o",
+        "name",
+        "-f",
+        "-",
+        input=in_namespace(docs, ns),
+    )
+    names = sorted(applied.stdout.split())
+    assert len(names) == len(docs), applied.stdout
+    listed = {(d["kind"].lower(), d["metadata"]["name"]) for d in docs}
+    for kind, name in listed:
+        assert kubectl("get", kind, name, "-n", ns, "-o", "name").stdout.strip(), (kind, name)
+    # applied again unchanged: no conflicts, nothing immutable touched
+    again = kubectl(
+        "apply", "--server-side", "--field-manager=streaminfer-test", "-f", "-", input=in_namespace(docs, ns)
+    )
+    assert "serverside-applied" in again.stdout
+    # kept deliberately: the Deployment has no replicas field, so KEDA or the HPA owns the count (1 to start)
+    replicas = kubectl("get", "deployment", "streaminfer", "-n", ns, "-o", "jsonpath={.spec.replicas}").stdout
+    assert replicas == "1"
+
+
+def test_the_gpu_overlay_asks_for_a_gpu_the_node_does_not_have(
+    kubectl: Kubectl, namespace: Callable[[str], str]
+) -> None:
+    """Accepted by the server, never scheduled here: the pod waits Pending naming the missing nvidia.com/gpu."""
+    ns = namespace("gpu-sched")
+    kubectl("apply", "--server-side", "-f", "-", input=in_namespace(render("gpu", kubectl), ns))
+    message = ""
+    deadline = time.monotonic() + 60
+    while "nvidia.com/gpu" not in message and time.monotonic() < deadline:
+        time.sleep(0.5)  # the Deployment and ReplicaSet controllers make the pod, the scheduler marks it
+        pods = json.loads(kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
+        message = " ".join(
+            c.get("message", "")
+            for p in pods
+            for c in p["status"].get("conditions", [])
+            if c["type"] == "PodScheduled" and c["status"] == "False"
+        )
+    assert "nvidia.com/gpu" in message, events(kubectl, ns)
+
+
+def _rejected(kubectl: Kubectl, ns: str, doc: dict[str, object]) -> str:
+    result = kubectl("apply", "--server-side", "-f", "-", input=in_namespace([doc], ns), check=False)
+    assert result.returncode != 0, f"the server accepted {doc['kind']}: {result.stdout}"
+    return str(result.stderr)
+
+
+def test_the_server_rejects_what_only_a_server_checks(kubectl: Kubectl, namespace: Callable[[str], str]) -> None:
+    """The same objects, each spoilt once: these checks can fail, and they are the server's, not ours."""
+    docs = {d["kind"]: d for d in render("cpu", kubectl)}
+    ns = namespace("reject")
+    deployment = copy.deepcopy(docs["Deployment"])
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Never"
+    assert "unknown field" in _rejected(kubectl, ns, deployment)
+    deployment = copy.deepcopy(docs["Deployment"])
+    deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] = "other"
+    assert "selector" in _rejected(kubectl, ns, deployment)
+    topic = copy.deepcopy(next(d for d in render("cpu", kubectl) if d["kind"] == "KafkaTopic"))
+    topic["spec"]["partitions"] = "twelve"
+    assert "partitions" in _rejected(kubectl, ns, topic)
+    scaled = copy.deepcopy(docs["ScaledObject"])
+    scaled["spec"]["minReplicaCount"] = "one"
+    assert "minReplicaCount" in _rejected(kubectl, ns, scaled)
+    monitor = copy.deepcopy(docs["ServiceMonitor"])
+    monitor["spec"]["endpoints"][0]["interval"] = "fifteen seconds"
+    assert "interval" in _rejected(kubectl, ns, monitor)
+
+
+def test_the_kafka_crds_are_the_pinned_strimzi_versions(kubectl: Kubectl) -> None:
+    served = kubectl("get", "crd", "kafkatopics.kafka.strimzi.io", "-o", "jsonpath={.spec.versions[*].name}").stdout
+    assert "v1beta2" in served.split()
+
+
+def test_kubectl_is_the_cached_build_of_the_pinned_version(kubectl: Kubectl) -> None:
+    from harness.cluster import K8S_VERSION
+
+    out = kubectl("version", "-o", "json", check=False)
+    assert f'"gitVersion": "{K8S_VERSION}"' in out.stdout, out.stdout
+    with pytest.raises(subprocess.CalledProcessError):
+        kubectl("get", "nosuchkind")
