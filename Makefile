@@ -53,7 +53,7 @@ $(TABULAR): models/breast_cancer/build.py models/breast_cancer/events.avsc $(STA
 	$(PY) models/breast_cancer/build.py
 
 # Validation records (streaminfer-model record) beside the models, over comparison sets of their held-out data:
-# digits' held-out requests (labels in parameters.label), the breast-cancer held-out events (no labels on them).
+# digits' held-out requests (labels in parameters.label), the breast-cancer held-out events (labels in true_label).
 MODEL_RECORD := models/digits/artifacts/digits.record.json
 TABULAR_RECORD := models/breast_cancer/artifacts/breast_cancer.record.json
 RECORD_ARGS ?= --max-seconds 0.5 --min-runs 10
@@ -66,7 +66,8 @@ $(MODEL_RECORD): $(MODEL) producer_tools/model.py producer_tools/evaluate.py pro
 
 $(TABULAR_RECORD): $(TABULAR) producer_tools/model.py producer_tools/evaluate.py producer_tools/modelset.py
 	$(PY) -m producer_tools.model set --model $(TABULAR) --request-format json \
-		--jsonl models/breast_cancer/artifacts/events.jsonl --out models/breast_cancer/artifacts/heldout.set.jsonl
+		--jsonl models/breast_cancer/artifacts/events.jsonl --label-field true_label \
+		--out models/breast_cancer/artifacts/heldout.set.jsonl
 	$(PY) -m producer_tools.model record --model $(TABULAR) --set models/breast_cancer/artifacts/heldout.set.jsonl \
 		--out $@ $(RECORD_ARGS)
 

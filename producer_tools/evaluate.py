@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from consumer.errors import ModelError
 from consumer.model.record import RECORD_FORMAT, file_sha256
 from consumer.model.runner import OnnxRunner, describe
 from consumer.model.session import SessionOptions, import_onnxruntime
@@ -201,8 +202,12 @@ def output_summary(outputs: SetOutputs) -> dict[str, Any]:
 
 
 def graph_info(path: Path) -> dict[str, Any]:
-    """IR version, opsets, producer, metadata and the operators (domain/op: count) of an ONNX file (``onnx``)."""
-    import onnx
+    """IR version, opsets, producer, metadata and the operators (domain/op: count) of an ONNX file.
+
+    Raises:
+        ModelError: the ``onnx`` package is not installed (the ``rollout`` extra).
+    """
+    onnx = import_onnx()
 
     model = onnx.load(str(path), load_external_data=False)
     ops: dict[str, int] = {}
@@ -217,6 +222,19 @@ def graph_info(path: Path) -> dict[str, Any]:
         "metadata": {p.key: p.value for p in model.metadata_props},
         "operators": dict(sorted(ops.items())),
     }
+
+
+def import_onnx() -> Any:
+    """The ``onnx`` package, imported late (the service's images do not install it).
+
+    Raises:
+        ModelError: it is not installed; the message names the extra that brings it.
+    """
+    try:
+        import onnx
+    except ImportError:
+        raise ModelError("streaminfer-model needs the onnx package: pip install 'streaminfer[rollout]'") from None
+    return onnx
 
 
 def make_record(

@@ -20,8 +20,10 @@ not apply to (the graph's operators named).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +32,8 @@ from typing import Any
 from aiokafka.errors import KafkaError
 
 from consumer.errors import ConfigError, ModelError
-from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.security import add_security, security_of
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -64,9 +67,7 @@ def _time_ms(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="streaminfer-model", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = ToolParser(prog="streaminfer-model", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("set", help="build a comparison set from a topic or a JSONL file")
@@ -87,6 +88,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--label-field", help="events: the field holding the class label (dotted for nested fields)")
     s.add_argument("--manifest", type=Path, help="OIP requests: streaminfer-produce's --manifest, labels by ID")
     add_bootstrap(s)
+    add_security(s)
 
     r = sub.add_parser("record", help="write a model's validation record over a comparison set")
     r.add_argument("--model", type=Path, required=True, help="the ONNX model")
@@ -155,6 +157,8 @@ def _set(args: argparse.Namespace) -> int:
             overrides[name] = getattr(args, name)
     if args.topic is not None:
         overrides["requests_topic"] = args.topic
+        security = security_of(args, os.environ)  # the other tools' flags, --command-config, STREAMINFER_*
+        overrides.update({f.name: getattr(security, f.name) for f in dataclasses.fields(security)})
     try:
         settings = Settings(**overrides)
     except Exception as exc:  # noqa: BLE001 (pydantic's ValidationError: the setting and the problem named)

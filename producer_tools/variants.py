@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from producer_tools.evaluate import import_onnx
 from producer_tools.modelset import ComparisonSet, batches
 
 VARIANTS = ("fp16", "int8-dynamic", "int8-static")
@@ -36,8 +37,7 @@ def _default_domain(domain: str) -> bool:
 
 
 def _float_initializers(model: Any) -> set[str]:
-    import onnx
-
+    onnx = import_onnx()
     return {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
 
 
@@ -98,8 +98,9 @@ def build_variant(model_path: Path, variant: str, out: Path, comparison: Compari
     Raises:
         NotApplicable: the converter does not apply (:func:`not_applicable`), or it raised (its message kept).
         ValueError: an unknown variant, or ``int8-static`` without a set to calibrate on.
+        consumer.errors.ModelError: the ``onnx`` package is not installed.
     """
-    import onnx
+    onnx = import_onnx()
 
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")

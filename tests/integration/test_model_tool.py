@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import uuid
@@ -25,6 +26,7 @@ from tests.integration.conftest import AppFactory, answers
 
 pytestmark = pytest.mark.integration
 
+ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["--max-seconds", "0.05", "--min-runs", "3"]
 
 
@@ -53,7 +55,7 @@ def shuffled_digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import sys
 
     out = tmp_path_factory.mktemp("shuffled")
-    build = Path(__file__).resolve().parents[2] / "models" / "digits" / "build.py"
+    build = ROOT / "models" / "digits" / "build.py"
     subprocess.run([sys.executable, str(build), "--out", str(out), "--shuffle-labels"], check=True, timeout=300)
     return out / "digits.onnx"
 
@@ -209,6 +211,13 @@ async def test_set_from_an_oip_requests_topic(
         assert rec.inputs["input"].shape == (1, 64)
         assert rec.label == by_row[rec.inputs["input"][0].tobytes()]  # the sent values, bit for bit, and labels
         assert rec.source["topic"] == topics["requests"]
+    # by time: everything before an hour from now; nothing from an hour from now
+    base = ["set", "--model", str(digits_model / "digits.onnx"), "--topic", topics["requests"]]
+    base += ["--bootstrap-servers", kafka_bootstrap, "--timeout-s", "5"]
+    later = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert await asyncio.to_thread(main, [*base, "--until", later, "--out", str(tmp_path / "t.jsonl")]) == EXIT_OK
+    assert len(read_set(tmp_path / "t.jsonl").records) == 40
+    assert await asyncio.to_thread(main, [*base, "--since", later, "--out", str(tmp_path / "none.jsonl")]) == 2
     # by offsets: partition 0 only, from its third record
     on_zero = sum(1 for rec in loaded.records if rec.source["partition"] == 0)
     out2 = tmp_path / "p0.jsonl"
@@ -278,3 +287,38 @@ async def test_consumer_counts_values_outside_the_record_and_serves_them(
     assert report.results == len(records)
     value = app.metrics.registry.get_sample_value("streaminfer_input_out_of_range_total", {"input": "input"})
     assert value == 2
+
+
+async def test_set_from_an_avro_events_topic(
+    kafka_bootstrap: str, topics: dict[str, str], breast_cancer_model: Path, schema_registry_url: str, tmp_path: Path
+) -> None:
+    """Avro in the registry's wire format, decoded by the consumer's own event decoder (writer schema by ID)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from producer_tools.events import registry_config
+
+    schema = (ROOT / "models" / "breast_cancer" / "events.avsc").read_text()
+    lines = (breast_cancer_model / "events.jsonl").read_text().splitlines()[:12]
+    events = [{k: v for k, v in json.loads(line).items() if not k.startswith("expected_")} for line in lines]
+    serialize = AvroSerializer(SchemaRegistryClient(registry_config(schema_registry_url)), schema)
+    context = SerializationContext(topics["requests"], MessageField.VALUE)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        for event in events:
+            await producer.send_and_wait(topics["requests"], serialize(event, context), partition=0)
+    finally:
+        await producer.stop()
+    out = tmp_path / "avro.set.jsonl"
+    model = breast_cancer_model / "breast_cancer.onnx"
+    argv = ["set", "--model", str(model), "--topic", topics["requests"], "--request-format", "avro"]
+    argv += ["--schema-registry-url", schema_registry_url, "--bootstrap-servers", kafka_bootstrap, "--out", str(out)]
+    assert await asyncio.to_thread(main, argv) == EXIT_OK
+    loaded = read_set(out)
+    assert [r.source["offset"] for r in loaded.records] == list(range(len(events)))
+    for rec, event in zip(loaded.records, events, strict=True):
+        assert rec.label is None
+        assert rec.inputs["mean_radius"][0, 0] == np.float32(event["mean_radius"])
+        assert rec.inputs["worst_fractal_dimension"][0, 0] == np.float32(event["worst_fractal_dimension"])
