@@ -37,21 +37,22 @@ stamp+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-ba
 stamp+=" -X k8s.io/client-go/pkg/version.gitVersion=$k8s -X k8s.io/client-go/pkg/version.gitMajor=1"
 stamp+=" -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 
-build() {  # build NAME PACKAGE
-    if [[ -x $bin/$1 ]]; then echo "cached: $bin/$1"; return; fi
-    local t0=$SECONDS
-    (cd "$src" && heavy go build -trimpath -ldflags="-s -w $stamp" -o "$bin/$1.part" "$2")
-    mv "$bin/$1.part" "$bin/$1"
-    echo "built: $bin/$1 in $((SECONDS - t0)) s"
-}
-
-(cd "$src" && go mod download k8s.io/kubernetes)
-build etcd ./cmd/etcd
-build kubectl k8s.io/kubernetes/cmd/kubectl
-build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
-build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
-build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
-build kubelet k8s.io/kubernetes/cmd/kubelet
+# One go build for every missing binary of etcd and Kubernetes (one wait for the lock; the linker runs in parallel).
+names=(etcd kubectl kube-apiserver kube-scheduler kube-controller-manager kubelet)
+packages=(./cmd/etcd k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-apiserver
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubelet)
+missing=()
+for i in "${!names[@]}"; do
+    if [[ -x $bin/${names[$i]} ]]; then echo "cached: $bin/${names[$i]}"; else missing+=("${packages[$i]}"); fi
+done
+if (( ${#missing[@]} )); then
+    t0=$SECONDS
+    (cd "$src" && go mod download k8s.io/kubernetes)
+    rm -rf "$cache/out" && mkdir -p "$cache/out"
+    (cd "$src" && heavy go build -trimpath -ldflags="-s -w $stamp" -o "$cache/out/" "${missing[@]}")
+    for f in "$cache/out"/*; do mv "$f" "$bin/$(basename "$f")"; done
+    echo "built: ${missing[*]} in $((SECONDS - t0)) s"
+fi
 if [[ ! -x $bin/runc ]]; then
     t0=$SECONDS
     mkdir -p "$cache/runc-gobin"

@@ -126,6 +126,16 @@ def kubectl(*args: str, check: bool = True, timeout_s: float = 120) -> subproces
     )
 
 
+def alive(name: str) -> bool:
+    """True while the component ``name`` (one of :data:`ORDER`) runs."""
+    return _alive(name)
+
+
+def api_running() -> bool:
+    """True while etcd and the API server run (enough for applying manifests)."""
+    return _alive("etcd") and _alive("kube-apiserver")
+
+
 def running() -> bool:
     """True when every component of a started cluster still runs."""
     return all(_alive(name) for name in ORDER)

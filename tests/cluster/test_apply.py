@@ -49,9 +49,10 @@ def test_the_server_accepts_every_object_of_the_overlay(
 
 
 def test_the_gpu_overlay_asks_for_a_gpu_the_node_does_not_have(
-    kubectl: Kubectl, namespace: Callable[[str], str]
+    whole_cluster: Kubectl, namespace: Callable[[str], str]
 ) -> None:
     """Accepted by the server, never scheduled here: the pod waits Pending naming the missing nvidia.com/gpu."""
+    kubectl = whole_cluster
     ns = namespace("gpu-sched")
     kubectl("apply", "--server-side", "-f", "-", input=in_namespace(render("gpu", kubectl), ns))
     message = ""
@@ -80,7 +81,7 @@ def test_the_server_rejects_what_only_a_server_checks(kubectl: Kubectl, namespac
     ns = namespace("reject")
     deployment = copy.deepcopy(docs["Deployment"])
     deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Never"
-    assert "unknown field" in _rejected(kubectl, ns, deployment)
+    assert "imagePullPolicyy: field not declared in schema" in _rejected(kubectl, ns, deployment)
     deployment = copy.deepcopy(docs["Deployment"])
     deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] = "other"
     assert "selector" in _rejected(kubectl, ns, deployment)

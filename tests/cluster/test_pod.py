@@ -158,9 +158,10 @@ Deploy = Callable[..., dict[str, Any]]
 
 
 @pytest.fixture
-def deploy(kubectl: Kubectl, namespace: Callable[[str], str], kafka_bootstrap: str, tmp_path: Path) -> Deploy:
+def deploy(whole_cluster: Kubectl, namespace: Callable[[str], str], kafka_bootstrap: str, tmp_path: Path) -> Deploy:
     """``deploy(**settings)``: the cpu overlay deployed through the test overlay (``settings``: more ConfigMap
     entries); returns its namespace, topics, bootstrap and the seconds from apply to the rollout's end."""
+    kubectl = whole_cluster
     if not HELDOUT.is_file():
         pytest.fail("models/digits/artifacts/heldout.npz is missing (make model)", pytrace=False)
     ensure_image()
