@@ -8,16 +8,16 @@ item arrives or the oldest item's deadline passes, never in polling ticks.
 
 Pattern after ray ``serve/batching.py`` (``_BatchQueue.wait_for_batch``) and aiokafka's message accumulator
 (linger on a monotonic clock); the deadline is measured with ``clock`` (``time.monotonic`` by default, seconds),
-never the wall clock, so unit tests drive it with a fake clock and no sleeps.
+never the wall clock, and the wait for a deadline is ``sleep`` (``asyncio.sleep`` by default), so unit tests drive
+both with a fake clock and no sleeps.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -46,6 +46,7 @@ class MicroBatcher(Generic[T]):
         clock: monotonic time source in seconds.
         max_batch_tokens: also flush a group once its items' ``tokens`` reach this (sequence models: rows x the
             length bucket, so a batch of long sequences holds fewer rows); None = rows only.
+        sleep: waits the given seconds (the oldest item's deadline): ``asyncio.sleep`` or a fake clock's.
 
     Raises:
         ValueError: a limit is out of range.
@@ -57,6 +58,7 @@ class MicroBatcher(Generic[T]):
         max_batch_delay_ms: float,
         clock: Callable[[], float] = time.monotonic,
         max_batch_tokens: int | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         if max_batch_tokens is not None and max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -68,6 +70,7 @@ class MicroBatcher(Generic[T]):
         self._max_tokens = max_batch_tokens
         self._delay_s = max_batch_delay_ms / 1000.0
         self._clock = clock
+        self._sleep = sleep
         self._groups: dict[Hashable, _Group[T]] = {}
         self._rows = 0
         self._closed = False
@@ -217,5 +220,13 @@ class MicroBatcher(Generic[T]):
                 return None
             self._wakeup.clear()
             timeout = self.time_to_deadline(now)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            if timeout is None:
+                await self._wakeup.wait()
+                continue
+            waiter = asyncio.ensure_future(self._wakeup.wait())
+            timer = asyncio.ensure_future(self._sleep(timeout))
+            try:
+                await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+                timer.cancel()

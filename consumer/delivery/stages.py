@@ -109,7 +109,7 @@ class Stages:
         signature = self.inference.runner.signature
         static = signature.static_batch
         rows = 1 if signature.solo else s.max_batch_size if static is None else min(s.max_batch_size, static)
-        return MicroBatcher(rows, delay_ms, self.clock, max_batch_tokens=self.inference.batch_tokens)
+        return MicroBatcher(rows, delay_ms, self.clock, max_batch_tokens=self.inference.batch_tokens, sleep=self.sleep)
 
     def queue(self, batcher: MicroBatcher[Work], works: list[Work]) -> None:
         """Put decoded requests in their batching groups (:meth:`~consumer.inference.BatchRunner.group`)."""
