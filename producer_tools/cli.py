@@ -1,21 +1,16 @@
-"""What the command-line tools share: one-line errors with their exit codes, and the client library kept quiet.
+"""What the command-line tools share: one-line Kafka errors, and the client library kept quiet.
 
 A tool reports its own failure in one line (what failed, the broker asked, what was done so far), so the Kafka
 client's records would only repeat it: while a broker is unreachable the client logs each failed connection and
 metadata refresh, thousands of lines a minute. :func:`quiet_client_logs` keeps records of the ``aiokafka`` loggers
-below CRITICAL from the terminal. :func:`refuse` prints that line and maps the failure to the exit code, for every
-tool: 2 for the user's (a bad flag, a missing topic, a file that cannot be read), 1 for the cluster's (a broker or a
-schema registry that cannot be reached or refuses).
+below CRITICAL from the terminal.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 from typing import Any
-
-from aiokafka.errors import KafkaError
 
 #: The broker the tools use without ``--bootstrap-servers``: ``KAFKA_BOOTSTRAP_SERVERS`` (what ``kafka-local run``
 #: sets for the command it runs), else the Kafka default.
@@ -38,26 +33,6 @@ def add_bootstrap(parser: Any) -> None:
 
 class BadArgument(ValueError):
     """A flag's value the tool cannot use; the message is the whole line the user sees (exit 2)."""
-
-
-class RegistryUnavailable(RuntimeError):
-    """The schema registry could not be reached or refused a request; the message names the URL and the error."""
-
-
-#: Failures that are the cluster's, not the user's: exit 1 (any other failure a tool reports is exit 2).
-CLUSTER_FAILURES: tuple[type[BaseException], ...] = (KafkaError, RegistryUnavailable)
-
-
-def exit_code(exc: BaseException) -> int:
-    """1 for a failure of the cluster (:data:`CLUSTER_FAILURES`), 2 for the user's (a bad flag, a missing topic, a
-    file that cannot be read or parsed)."""
-    return 1 if isinstance(exc, CLUSTER_FAILURES) else 2
-
-
-def refuse(tool: str, message: str, exc: BaseException) -> int:
-    """Print ``tool: message`` to stderr; the exit code of ``exc`` (:func:`exit_code`)."""
-    print(f"{tool}: {message}", file=sys.stderr)
-    return exit_code(exc)
 
 
 def quiet_client_logs() -> None:

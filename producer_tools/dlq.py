@@ -53,11 +53,8 @@ from consumer.answers.records import (
     VALUE_DROPPED_HEADER,
 )
 from consumer.errors import DeadLetterReason
-from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs, refuse
+from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.topics import TopicMissingError
-
-#: The name the tool's error lines start with.
-TOOL = "streaminfer-dlq"
 
 #: Header counting how often a request was replayed from the dead-letter topic (decimal text).
 REPLAY_HEADER = "streaminfer.replay.count"
@@ -565,7 +562,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb == "replay" and args.max_replays < 1:
             raise BadArgument(f"--max-replays must be at least 1, got {args.max_replays}")
     except BadArgument as exc:
-        return refuse(TOOL, str(exc), exc)
+        print(f"streaminfer-dlq: {exc}", file=sys.stderr)
+        return 2
     try:
         if args.verb == "replay":
             report = asyncio.run(replay(args, chosen))
@@ -573,9 +571,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1 if report.failed or report.refused else 0
         letters = asyncio.run(selected(args, chosen))
     except TopicMissingError as exc:
-        return refuse(TOOL, str(exc), exc)
+        print(f"streaminfer-dlq: {exc}", file=sys.stderr)
+        return 2
     except KafkaError as exc:
-        return refuse(TOOL, f"{kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers})", exc)
+        print(f"streaminfer-dlq: {kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers})", file=sys.stderr)
+        return 1
     if args.verb == "summary":
         print_summary(args.dead_letter_topic, summarise(letters), args.json)
     else:

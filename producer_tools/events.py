@@ -26,7 +26,7 @@ from fastavro import parse_schema
 from fastavro.schema import SchemaParseException
 from fastavro.validation import ValidationError, validate
 
-from producer_tools.cli import BadArgument, RegistryUnavailable
+from producer_tools.cli import BadArgument
 
 #: Fields of an event that are expectations for checking: the manifest takes them, the record does not carry them.
 EXPECTATION_FIELDS = ("expected_label", "expected_probability")
@@ -34,6 +34,10 @@ EXPECTATION_FIELDS = ("expected_label", "expected_probability")
 Event = dict[str, Any]
 #: Turns an event into a record value.
 Encoder = Callable[[Event], bytes]
+
+
+class RegistryUnavailable(RuntimeError):
+    """The schema registry could not be reached or refused a request; the message names the URL and the error."""
 
 
 def read_events(path: Path, limit: int | None = None) -> list[Event]:

@@ -48,17 +48,11 @@ from tqdm import tqdm
 from consumer.answers.headers import CORRELATION_HEADER
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
-from producer_tools.cli import (
-    BadArgument,
-    RegistryUnavailable,
-    add_bootstrap,
-    kafka_error_text,
-    quiet_client_logs,
-    refuse,
-)
+from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.events import (
     EXPECTATION_FIELDS,
     Encoder,
+    RegistryUnavailable,
     avro_encoder,
     check_avro,
     json_encoder,
@@ -70,9 +64,6 @@ from producer_tools.events import (
 from producer_tools.images import folder_images, sample_images
 from producer_tools.poison import catalogue
 from producer_tools.topics import TopicMissingError, require_topic
-
-#: The name the tool's error lines start with.
-TOOL = "streaminfer-produce"
 
 DEFAULT_HELDOUT = Path(__file__).resolve().parent.parent / "models" / "digits" / "artifacts" / "heldout.npz"
 #: ``--format``: Open Inference Protocol requests, or domain events as JSON objects or registry-framed Avro.
@@ -506,11 +497,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_format(args, os.environ)
         records = build_records(args)
     except BadArgument as exc:
-        return refuse(TOOL, str(exc), exc)
+        print(f"streaminfer-produce: {exc}", file=sys.stderr)
+        return 2
     except RegistryUnavailable as exc:
-        return refuse(TOOL, f"{exc}; nothing sent", exc)
+        print(f"streaminfer-produce: {exc}; nothing sent", file=sys.stderr)
+        return 1
     except (OSError, ValueError) as exc:  # a missing or malformed source file
-        return refuse(TOOL, f"--source {args.source}: {exc}", exc)
+        print(f"streaminfer-produce: --source {args.source}: {exc}", file=sys.stderr)
+        return 2
     acked = 0
     manifest = args.manifest.open("wb") if args.manifest else None
 
@@ -533,10 +527,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     except KafkaError as exc:
-        done = f"{acked} of {len(records)} records acknowledged" + (f", listed in {args.manifest}" if manifest else "")
-        return refuse(TOOL, f"{kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers}); {done}", exc)
+        print(
+            f"streaminfer-produce: {kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers}); "
+            f"{acked} of {len(records)} records acknowledged" + (f", listed in {args.manifest}" if manifest else ""),
+            file=sys.stderr,
+        )
+        return 1
     except TopicMissingError as exc:
-        return refuse(TOOL, f"--topic: {exc}", exc)
+        print(f"streaminfer-produce: --topic: {exc}", file=sys.stderr)
+        return 2
     finally:
         if manifest is not None:
             manifest.close()

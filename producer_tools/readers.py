@@ -19,8 +19,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext, Se
 from consumer.oip.client import decode_response
 from consumer.oip.proto import PROTO_RESPONSE, SELDON_TYPE_HEADER, parse_response
 from consumer.oip.wire import BINARY_HEADER
-from producer_tools.cli import BadArgument, RegistryUnavailable
-from producer_tools.events import field_at, registry_config
+from producer_tools.cli import BadArgument
+from producer_tools.events import RegistryUnavailable, field_at, registry_config
 
 #: ``--score-tolerance``'s default, absolute: the float32 sums of a tree ensemble may differ in their last bits with
 #: the batch they ran in.

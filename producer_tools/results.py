@@ -43,14 +43,8 @@ from tqdm import tqdm
 
 from consumer.answers.headers import CORRELATION_HEADER
 from consumer.answers.records import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
-from producer_tools.cli import (
-    BadArgument,
-    RegistryUnavailable,
-    add_bootstrap,
-    kafka_error_text,
-    quiet_client_logs,
-    refuse,
-)
+from producer_tools.cli import BadArgument, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.events import RegistryUnavailable
 from producer_tools.readers import (
     DEFAULT_SCORE_TOLERANCE,
     Answer,
@@ -59,9 +53,6 @@ from producer_tools.readers import (
     ResultReader,
     result_reader,
 )
-
-#: The name the tool's error lines start with.
-TOOL = "streaminfer-results"
 
 #: ``--format``: what a result's value holds (an OIP response, or an enriched event as JSON or registry Avro).
 FORMATS = ("oip", "json", "avro")
@@ -493,11 +484,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         expected = read_manifest(args.manifest)
     except (OSError, ValueError) as exc:  # missing, unreadable or not JSON lines
-        return refuse(TOOL, f"--manifest {args.manifest}: {exc}", exc)
+        print(f"streaminfer-results: --manifest {args.manifest}: {exc}", file=sys.stderr)
+        return 2
     try:
         reader = reader_of(args, os.environ)
     except BadArgument as exc:
-        return refuse(TOOL, str(exc), exc)
+        print(f"streaminfer-results: {exc}", file=sys.stderr)
+        return 2
     try:
         report = asyncio.run(
             collect(
@@ -513,9 +506,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     except KafkaError as exc:
-        return refuse(TOOL, f"{kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers})", exc)
+        print(
+            f"streaminfer-results: {kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers})",
+            file=sys.stderr,
+        )
+        return 1
     except RegistryUnavailable as exc:
-        return refuse(TOOL, f"{exc} (--schema-registry-url)", exc)
+        print(f"streaminfer-results: {exc} (--schema-registry-url)", file=sys.stderr)
+        return 1
     print_report(report, show=args.show, sources=expected)
     return 1 if report.missing else 0
 

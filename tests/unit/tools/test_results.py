@@ -18,7 +18,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from consumer.oip.encode import encode_response
 from consumer.schema import ModelSignature
-from producer_tools.cli import BadArgument, RegistryUnavailable
+from producer_tools.cli import BadArgument
+from producer_tools.events import RegistryUnavailable
 from producer_tools.produce import Outgoing
 from producer_tools.readers import (
     Answer,
