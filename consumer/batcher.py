@@ -1,23 +1,23 @@
 """Micro-batching by rows or deadline, whichever comes first, on an injected monotonic clock.
 
-A batch is flushed when the pending rows of one shape group reach ``max_batch_rows`` (or its tokens reach
-``max_batch_tokens``, for sequence models), or when the oldest pending
-item has waited ``max_batch_delay_ms``. Items whose non-batch shapes differ (``key``) are never put in one batch,
-because their tensors cannot be stacked. Waiting is event-driven: :meth:`MicroBatcher.next_batch` sleeps until an
+A batch is flushed when the pending rows of one lane (the items that can share a batch: one shape, or one length
+bucket) reach ``max_batch_rows`` (or its tokens reach ``max_batch_tokens``, for sequence models), or when the oldest
+pending item has waited ``max_batch_delay_ms``. Items whose non-batch shapes differ (``key``) are never put in one
+batch, because their tensors cannot be stacked. Waiting is event-driven: :meth:`MicroBatcher.next_batch` sleeps until an
 item arrives or the oldest item's deadline passes, never in polling ticks.
 
 Pattern after ray ``serve/batching.py`` (``_BatchQueue.wait_for_batch``) and aiokafka's message accumulator
 (linger on a monotonic clock); the deadline is measured with ``clock`` (``time.monotonic`` by default, seconds),
-never the wall clock, so unit tests drive it with a fake clock and no sleeps.
+never the wall clock, and the wait for a deadline is ``sleep`` (``asyncio.sleep`` by default), so unit tests drive
+both with a fake clock and no sleeps.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -27,7 +27,7 @@ T = TypeVar("T")
 _Pending = tuple[T, int, int, float]
 
 
-class _Group(Generic[T]):
+class _Lane(Generic[T]):
     __slots__ = ("items", "rows", "tokens")
 
     def __init__(self) -> None:
@@ -40,12 +40,13 @@ class MicroBatcher(Generic[T]):
     """Collects items into row-bounded batches.
 
     Args:
-        max_batch_rows: flush a group once it holds this many rows (>= 1). A single item with more rows than
+        max_batch_rows: flush a lane once it holds this many rows (>= 1). A single item with more rows than
             this is flushed alone, unsplit.
-        max_batch_delay_ms: flush the oldest item's group once that item has waited this long, milliseconds (>= 0).
+        max_batch_delay_ms: flush the oldest item's lane once that item has waited this long, milliseconds (>= 0).
         clock: monotonic time source in seconds.
-        max_batch_tokens: also flush a group once its items' ``tokens`` reach this (sequence models: rows x the
+        max_batch_tokens: also flush a lane once its items' ``tokens`` reach this (sequence models: rows x the
             length bucket, so a batch of long sequences holds fewer rows); None = rows only.
+        sleep: waits the given seconds (the oldest item's deadline): ``asyncio.sleep`` or a fake clock's.
 
     Raises:
         ValueError: a limit is out of range.
@@ -57,6 +58,7 @@ class MicroBatcher(Generic[T]):
         max_batch_delay_ms: float,
         clock: Callable[[], float] = time.monotonic,
         max_batch_tokens: int | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         if max_batch_tokens is not None and max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -68,7 +70,8 @@ class MicroBatcher(Generic[T]):
         self._max_tokens = max_batch_tokens
         self._delay_s = max_batch_delay_ms / 1000.0
         self._clock = clock
-        self._groups: dict[Hashable, _Group[T]] = {}
+        self._sleep = sleep
+        self._lanes: dict[Hashable, _Lane[T]] = {}
         self._rows = 0
         self._closed = False
         self._released = float("-inf")  # items queued at or before this clock reading are due (release())
@@ -76,7 +79,7 @@ class MicroBatcher(Generic[T]):
 
     @property
     def pending_rows(self) -> int:
-        """Rows waiting, across all groups."""
+        """Rows waiting, across all lanes."""
         return self._rows
 
     @property
@@ -85,7 +88,7 @@ class MicroBatcher(Generic[T]):
         return self._closed
 
     def put(self, item: T, rows: int, key: Hashable = None, tokens: int = 0) -> None:
-        """Queue ``item`` (contributing ``rows`` rows and ``tokens`` tokens) in the group ``key``.
+        """Queue ``item`` (contributing ``rows`` rows and ``tokens`` tokens) in the lane ``key``.
 
         Raises:
             RuntimeError: the batcher is closed.
@@ -101,15 +104,15 @@ class MicroBatcher(Generic[T]):
         if self._closed:
             raise RuntimeError("MicroBatcher is closed")
         now = self._clock()
-        groups = self._groups
+        lanes = self._lanes
         added = 0
         for item, rows, key, tokens in entries:
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = _Group()
-            group.items.append((item, rows, tokens, now))
-            group.rows += rows
-            group.tokens += tokens
+            lane = lanes.get(key)
+            if lane is None:
+                lane = lanes[key] = _Lane()
+            lane.items.append((item, rows, tokens, now))
+            lane.rows += rows
+            lane.tokens += tokens
             added += rows
         if added:
             self._rows += added
@@ -118,27 +121,27 @@ class MicroBatcher(Generic[T]):
     def discard(self, predicate: Callable[[T], bool]) -> list[T]:
         """Remove and return every pending item for which ``predicate`` is true (e.g. revoked partitions)."""
         removed: list[T] = []
-        for key in list(self._groups):
-            group = self._groups[key]
+        for key in list(self._lanes):
+            lane = self._lanes[key]
             kept: deque[_Pending[T]] = deque()
-            for pending in group.items:
+            for pending in lane.items:
                 item, rows, tokens, _ = pending
                 if predicate(item):
                     removed.append(item)
-                    group.rows -= rows
-                    group.tokens -= tokens
+                    lane.rows -= rows
+                    lane.tokens -= tokens
                     self._rows -= rows
                 else:
                     kept.append(pending)
-            group.items = kept
+            lane.items = kept
             if not kept:
-                del self._groups[key]
+                del self._lanes[key]
         return removed
 
     def release(self) -> None:
         """Make every pending item due now, whatever its deadline (items queued later wait as usual): the source
         knows no more records are on their way, so waiting would only add latency."""
-        if self._groups:
+        if self._lanes:
             self._released = self._clock()
             self._wakeup.set()
 
@@ -150,7 +153,7 @@ class MicroBatcher(Generic[T]):
     def time_to_deadline(self, now: float) -> float | None:
         """Seconds until the oldest pending item's deadline (<= 0: due now, released ones too); None when nothing
         is pending."""
-        heads = [g.items[0][3] for g in self._groups.values() if g.items]
+        heads = [g.items[0][3] for g in self._lanes.values() if g.items]
         if not heads:
             return None
         oldest = min(heads)
@@ -159,16 +162,16 @@ class MicroBatcher(Generic[T]):
     def pop_ready(self, now: float) -> list[T] | None:
         """Remove and return the next batch that is due at time ``now``, or None if none is due.
 
-        A full group (rows >= max_batch_rows) is due at once; otherwise the group of the oldest item is due
+        A full lane (rows >= max_batch_rows) is due at once; otherwise the lane of the oldest item is due
         when that item's deadline has passed, or at once after :meth:`close`, or when :meth:`release` was called
         after that item was queued.
         """
-        full = [(k, g) for k, g in self._groups.items() if self._full(g.rows, g.tokens)]
+        full = [(k, g) for k, g in self._lanes.items() if self._full(g.rows, g.tokens)]
         if full:
             key = min(full, key=lambda kg: kg[1].items[0][3])[0]
             return self._take(key)
         oldest: tuple[Hashable, float] | None = None
-        for k, g in self._groups.items():
+        for k, g in self._lanes.items():
             if g.items and (oldest is None or g.items[0][3] < oldest[1]):
                 oldest = (k, g.items[0][3])
         if oldest is None:
@@ -181,8 +184,8 @@ class MicroBatcher(Generic[T]):
         return rows >= self._max_rows or (self._max_tokens is not None and tokens >= self._max_tokens)
 
     def _take(self, key: Hashable) -> list[T]:
-        group = self._groups[key]
-        items = group.items
+        lane = self._lanes[key]
+        items = lane.items
         batch: list[T] = []
         rows = tokens = 0
         max_rows, max_tokens = self._max_rows, self._max_tokens
@@ -196,17 +199,17 @@ class MicroBatcher(Generic[T]):
             batch.append(item)
             rows += item_rows
             tokens += item_tokens
-        group.rows -= rows
-        group.tokens -= tokens
+        lane.rows -= rows
+        lane.tokens -= tokens
         self._rows -= rows
         if not items:
-            del self._groups[key]
+            del self._lanes[key]
         return batch
 
     async def next_batch(self) -> list[T] | None:
         """Wait for the next due batch; None once closed and empty.
 
-        Wakes when an item arrives (a group may fill) or when the oldest item's deadline passes.
+        Wakes when an item arrives (a lane may fill) or when the oldest item's deadline passes.
         """
         while True:
             now = self._clock()
@@ -217,5 +220,13 @@ class MicroBatcher(Generic[T]):
                 return None
             self._wakeup.clear()
             timeout = self.time_to_deadline(now)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            if timeout is None:
+                await self._wakeup.wait()
+                continue
+            waiter = asyncio.ensure_future(self._wakeup.wait())
+            timer = asyncio.ensure_future(self._sleep(timeout))
+            try:
+                await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+                timer.cancel()

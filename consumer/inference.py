@@ -109,8 +109,8 @@ class BatchRunner:
         self.inline = runner.batch_seconds is not None and runner.batch_seconds < INLINE_BELOW_S
         self._stages = {name: metrics.stage_seconds.labels(name) for name in ("assemble", "infer", "encode")}
 
-    def group(self, request: DecodedRequest) -> tuple[Hashable, int]:
-        """The micro-batching group of a request and its cost in tokens: its non-batch shape (tokens 0), or for a
+    def lane(self, request: DecodedRequest) -> tuple[Hashable, int]:
+        """The micro-batching lane of a request and its cost in tokens: its non-batch shape (tokens 0), or for a
         sequence model its length bucket (tokens: rows x the bucket's length; its exact length where padding is
         not safe for the model)."""
         sequence = self.runner.signature.sequence

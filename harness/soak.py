@@ -1,4 +1,4 @@
-"""``make soak`` / ``streaminfer-soak``: the consumer under steady load for minutes, watched for slow leaks.
+"""``make soak`` / ``python -m harness.soak``: the consumer under steady load for minutes, watched for slow leaks.
 
 One consumer (digits, default settings) on fresh topics. The maximum is measured first (a backlog of
 ``--max-records`` drained: results / (last append - first append)); then an open loop sends at ``--rate``
@@ -351,7 +351,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``streaminfer-soak`` (exit codes in the module docstring)."""
+    """Entry point of ``python -m harness.soak`` (exit codes in the module docstring)."""
     args = parser().parse_args(argv)
     for name in ("minutes", "sample_s"):
         if getattr(args, name) <= 0:

@@ -110,15 +110,15 @@ class Stages:
         signature = self.inference.runner.signature
         static = signature.static_batch
         rows = 1 if signature.solo else s.max_batch_size if static is None else min(s.max_batch_size, static)
-        return MicroBatcher(rows, delay_ms, self.clock, max_batch_tokens=self.inference.batch_tokens)
+        return MicroBatcher(rows, delay_ms, self.clock, max_batch_tokens=self.inference.batch_tokens, sleep=self.sleep)
 
     def queue(self, batcher: MicroBatcher[Work], works: list[Work]) -> None:
-        """Put decoded requests in their batching groups (:meth:`~consumer.inference.BatchRunner.group`)."""
-        group = self.inference.group
+        """Put decoded requests in their batching lanes (:meth:`~consumer.inference.BatchRunner.lane`)."""
+        lane = self.inference.lane
         entries = []
         for work in works:
             assert work.request is not None
-            key, tokens = group(work.request)
+            key, tokens = lane(work.request)
             entries.append((work, work.rows, key, tokens))
         batcher.put_many(entries)
 

@@ -2,22 +2,22 @@
 :func:`consumer.oip.decode.decode_one`, at a fraction of its cost per record.
 
 Each record's headers are read once (:func:`consumer.oip.forms.classify`: JSON, binary extension or protobuf) and
-the record is dispatched on its form: a JSON or binary record may join a group (below); a protobuf record, an empty
+the record is dispatched on its form: a JSON or binary record may join a stack (below); a protobuf record, an empty
 or oversized value, a record whose header is malformed, and any record the fast path cannot take is decoded on its
 own (:func:`consumer.oip.decode.decode_form`) with the form already known.
 
 Every plain JSON request (no binary data extension) is parsed with ``orjson``; records that declare the same
-``(datatype, shape)`` for every input form a *group*, whose inputs are each parsed into one numpy array
+``(datatype, shape)`` for every input form a *stack*, whose inputs are each parsed into one numpy array
 ``[records x rows, ...]`` and checked with one set of reductions (range, exactness, the model's value ranges). A
-group that fails any check, and every record that is not plain, is decoded record by record, which names the
+stack that fails any check, and every record that is not plain, is decoded record by record, which names the
 culprit with the same reason and message.
 
 Binary-extension requests of a one-input model that are well formed (the length header, one input object with
-``binary_data_size`` equal to the bytes after the JSON part) and declare the same ``(datatype, shape)`` form a group
+``binary_data_size`` equal to the bytes after the JSON part) and declare the same ``(datatype, shape)`` form a stack
 too: their bytes are joined into one little-endian array and checked at once.
 
 Numbers: floats are parsed straight into float64 (a JSON null stops the conversion, integers are exact below
-2**53; a group holding either is decoded record by record); integers keep numpy's own integer choice.
+2**53; a stack holding either is decoded record by record); integers keep numpy's own integer choice.
 ``true``/``false`` would become 1/0 next to numbers, so a record whose bytes may hold one is decoded on its own
 (one scan of the whole chunk says whether any may).
 """
@@ -52,8 +52,8 @@ _Binary = tuple[int, str | None, tuple[str, ...] | None, bool, memoryview]
 #: input then gets each record's own int64 -> float32 cast, never float64 -> float32).
 EXACT_IN_FLOAT64 = 2**53
 
-#: (datatype, shape) of every model input, in the model's input order: the records of one group stack.
-_GroupKey = tuple[tuple[str, tuple[int, ...]], ...]
+#: (datatype, shape) of every model input, in the model's input order: the records of one stack share it.
+_StackKey = tuple[tuple[str, tuple[int, ...]], ...]
 #: A record that parsed as a well-formed plain JSON request, its values not yet checked: (index in the chunk,
 #: request id, requested outputs, binary_data_output, each model input's ``data`` in input order).
 _Parsed = tuple[int, str | None, tuple[str, ...] | None, bool, list[list[Any]]]
@@ -79,7 +79,7 @@ def decode_chunk(
             decoded on its thread pool at once (:meth:`~consumer.model.vision.ImageEncoder.finish`).
 
     Returns:
-        One :class:`~consumer.oip.decode.DecodedRequest` (its ``inputs`` views of its group's ``block``) or
+        One :class:`~consumer.oip.decode.DecodedRequest` (its ``inputs`` views of its stack's ``block``) or
         :class:`~consumer.errors.RecordError` per record, in order.
     """
     forms = [classify(h) for h in headers]
@@ -92,18 +92,18 @@ def decode_chunk(
     out: list[DecodedRequest | RecordError | None] = [None] * len(values)
     joined = b"\0".join([v for v in values if v])
     scan = b"true" in joined or b"false" in joined
-    groups: dict[_GroupKey, list[_Parsed]] = {}
-    binaries: dict[_GroupKey, list[_Binary]] = {}
+    stacks: dict[_StackKey, list[_Parsed]] = {}
+    binaries: dict[_StackKey, list[_Binary]] = {}
     max_bytes = limits.max_record_bytes
     for i, (value, form) in enumerate(zip(values, forms, strict=True)):
-        found: tuple[_GroupKey, Any] | None = None
+        found: tuple[_StackKey, Any] | None = None
         if not value or len(value) > max_bytes:
             pass
         elif form is JSON_FORM:
             if not (scan and (b"true" in value or b"false" in value)):
                 found = _parse_plain(i, value, signature)
                 if found is not None:
-                    groups.setdefault(found[0], []).append(found[1])
+                    stacks.setdefault(found[0], []).append(found[1])
                     continue
         elif type(form) is RecordForm and form.json_length is not None:
             found = _parse_binary(i, value, form.json_length, signature)
@@ -112,16 +112,16 @@ def decode_chunk(
                 continue
         out[i] = decode_form(value, form, signature, limits)
     decoded: list[tuple[Sequence[tuple[int, Any, Any, Any, Any]], list[DecodedRequest] | None]] = [
-        (members, _decode_group(key, members, signature, limits)) for key, members in groups.items()
+        (members, _decode_stack(key, members, signature, limits)) for key, members in stacks.items()
     ]
-    decoded += [(found, _decode_binary_group(key, found, signature, limits)) for key, found in binaries.items()]
-    for members, requests in decoded:  # a group that failed a check: each of its records on its own
+    decoded += [(found, _decode_binary_stack(key, found, signature, limits)) for key, found in binaries.items()]
+    for members, requests in decoded:  # a stack that failed a check: each of its records on its own
         for k, (i, *_) in enumerate(members):
             out[i] = decode_form(values[i], forms[i], signature, limits) if requests is None else requests[k]
     return out  # type: ignore[return-value]  # every slot is filled above
 
 
-# ------------------------------------------------------------------------------------------------ groups
+# ------------------------------------------------------------------------------------------------ stacks
 def _envelope(
     value: bytes, signature: ModelSignature
 ) -> tuple[list[Any], str | None, tuple[str, ...] | None, bool] | None:
@@ -150,7 +150,7 @@ def _envelope(
     return raw_inputs, request_id, outputs, bool(parameters and parameters.get("binary_data_output") is True)
 
 
-def _parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_GroupKey, _Parsed] | None:
+def _parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_StackKey, _Parsed] | None:
     """Parse ``value`` if it is a plain JSON request whose fields are all well formed and name exactly the model's
     inputs; None when anything is off (the record is then decoded on its own, which names the problem)."""
     specs = signature.inputs
@@ -180,7 +180,7 @@ def _parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_
     return tuple(key), (index, request_id, outputs, binary_output, data)
 
 
-def _parse_binary(index: int, value: bytes, length: int, signature: ModelSignature) -> tuple[_GroupKey, _Binary] | None:
+def _parse_binary(index: int, value: bytes, length: int, signature: ModelSignature) -> tuple[_StackKey, _Binary] | None:
     """Parse a binary-extension record of a one-input model if it is well formed: a JSON part of ``length`` bytes (its
     header's value) with one input object (name, shape, datatype, ``parameters.binary_data_size``, no ``data``) whose
     size is exactly the bytes after the JSON part. None when anything is off (the record is then decoded on its
@@ -206,10 +206,10 @@ def _parse_binary(index: int, value: bytes, length: int, signature: ModelSignatu
     return ((datatype, tuple(shape)),), (index, request_id, outputs, binary_output, memoryview(value)[length:])
 
 
-def _decode_binary_group(
-    key: _GroupKey, members: list[_Binary], signature: ModelSignature, limits: Limits
+def _decode_binary_stack(
+    key: _StackKey, members: list[_Binary], signature: ModelSignature, limits: Limits
 ) -> list[DecodedRequest] | None:
-    """A group of well-formed binary records with one ``(datatype, shape)``: their bytes as one little-endian
+    """A stack of well-formed binary records with one ``(datatype, shape)``: their bytes as one little-endian
     array ``[records x rows, ...]``, checked at once; None when any check fails (decode record by record)."""
     (spec,) = signature.inputs
     ((datatype, shape),) = key
@@ -250,10 +250,10 @@ def _declared(item: object) -> tuple[str, tuple[int, ...]] | None:
     return datatype, tuple(shape)
 
 
-def _decode_group(
-    key: _GroupKey, members: list[_Parsed], signature: ModelSignature, limits: Limits
+def _decode_stack(
+    key: _StackKey, members: list[_Parsed], signature: ModelSignature, limits: Limits
 ) -> list[DecodedRequest] | None:
-    """Parse and check a group's inputs as one array each; None when any check fails (decode record by record)."""
+    """Parse and check a stack's inputs as one array each; None when any check fails (decode record by record)."""
     n = len(members)
     block: dict[str, np.ndarray] = {}
     rows: int | None = None

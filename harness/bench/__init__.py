@@ -1,4 +1,4 @@
-"""``streaminfer-bench`` / ``make bench``: streaminfer against its ceilings and its naive baseline, one broker, one run.
+"""``make bench`` (``python -m harness.bench``): streaminfer against its ceilings and its naive baseline, one run.
 
 Modes, each run as its own process against the same real broker, on the same backlog of requests:
 

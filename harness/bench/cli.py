@@ -1,4 +1,4 @@
-"""``streaminfer-bench``'s command line."""
+"""``python -m harness.bench``'s command line."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``streaminfer-bench``."""
+    """Entry point of ``python -m harness.bench``."""
     p = parser()
     args = p.parse_args(argv)
     if args.command == "worker":

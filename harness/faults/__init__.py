@@ -1,4 +1,4 @@
-"""``make faults`` / ``streaminfer-faults``: fault injection against a real broker, with the figures.
+"""``make faults`` / ``python -m harness.faults``: fault injection against a real broker, with the figures.
 
 Starts its own local broker (:class:`harness.localkafka.LocalBroker` in a private state folder; it creates no
 topic on first use, so a missing dead-letter topic stays missing, and it can be paused for an outage) and, for the

@@ -1,4 +1,4 @@
-"""``streaminfer-faults``: the scenario registry, the table, the run and the command line."""
+"""``python -m harness.faults``: the scenario registry, the table, the run and the command line."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def _private_harness(kind: str, work: Path, links: list[Link], proxies: list[Tox
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``streaminfer-faults``; exit 1 when any scenario failed."""
+    """Entry point of ``python -m harness.faults``; exit 1 when any scenario failed."""
     p = argparse.ArgumentParser(
         prog="streaminfer-faults", description="Fault injection against a real broker, with the figures (make faults)."
     )

@@ -2,7 +2,7 @@
 
 :class:`LocalBroker` runs one KRaft broker or a replicated cluster of three from Kafka's own jars (resolved by Maven,
 run on the JDK), records it in a state folder, and can stop, kill and restart its nodes. ``scripts/kafka-local``
-(and ``streaminfer-kafka-local``) is its command line: :mod:`harness.localkafka.cli`.
+(and ``python -m harness.localkafka``) is its command line: :mod:`harness.localkafka.cli`.
 """
 
 from harness.localkafka.broker import LocalBroker, Status

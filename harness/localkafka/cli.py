@@ -1,4 +1,4 @@
-"""``scripts/kafka-local`` / ``streaminfer-kafka-local``: start, stop, pause and resume a local Kafka broker or
+"""``scripts/kafka-local`` / ``python -m harness.localkafka``: start, stop, pause and resume a local Kafka broker or
 3-node cluster, and create topics on it.
 
 Verbs (exit 0 unless said otherwise; 1 on an error, named in one line; 2 on a bad flag)::

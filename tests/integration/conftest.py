@@ -120,21 +120,46 @@ async def answers(
     return await collect(bootstrap, topics["results"], topics["dlq"], expected, timeout_s, progress=False, **options)
 
 
-async def read_all(bootstrap: str, topic: str) -> list[Any]:
-    """Every record of ``topic`` up to its end offsets now (aiokafka ``ConsumerRecord``s, partition by partition)."""
+async def read_all(
+    bootstrap: str,
+    topic: str,
+    *,
+    want: int | None = None,
+    timeout_s: float = 120.0,
+    isolation_level: str = "read_uncommitted",
+) -> list[Any]:
+    """Records of ``topic`` from its beginning (aiokafka ``ConsumerRecord``s, partition by partition), the one reader
+    of the integration tests.
+
+    Args:
+        want: None: every record up to the topic's end offsets now; else read until ``want`` records arrived or
+            ``timeout_s`` (seconds) passed, whichever comes first.
+        isolation_level: ``read_committed`` to see only committed transactions (exactly_once's results).
+    """
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from producer_tools.dlq import partitions_of
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level=isolation_level,
+    )
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in sorted(await partitions_of(bootstrap, topic))]
         consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
         out: list[Any] = []
-        while any([await consumer.position(tp) < end for tp, end in ends.items()]):
-            for records in (await consumer.getmany(timeout_ms=500)).values():
+        if want is None:
+            ends = await consumer.end_offsets(tps)
+            while any([await consumer.position(tp) < end for tp, end in ends.items()]):
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    out += records
+            return out
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while len(out) < want and asyncio.get_running_loop().time() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200, max_records=5000)).values():
                 out += records
         return out
     finally:

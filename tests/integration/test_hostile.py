@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from consumer.answers.records import (
     FIRST_OFFSET_HEADER,
@@ -22,6 +20,7 @@ from harness.bench.measure import Sampler, start_streaminfer, stop
 from harness.bombs import RawBatch, bomb_producer, corrupt_gzip_batch, send_whole_batch_bomb
 from producer_tools.produce import digits_requests
 from producer_tools.topics import ensure_topics
+from tests.integration.conftest import read_all
 
 pytestmark = pytest.mark.integration
 
@@ -30,22 +29,6 @@ MIB = 1 << 20
 DATA_LIMIT = 1536 * MIB
 #: (codec, per-record bombs of 20 MiB, records x MiB of the whole-batch bomb). zstd: the issue's 300 records.
 BOMBS = (("zstd", 300, (100, 20)), ("lz4", 80, (100, 20)), ("gzip", 8, (64, 16)), ("snappy", 4, (8, 16)))
-
-
-async def read_all(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[Any]:
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None)
-    await consumer.start()
-    out: list[Any] = []
-    try:
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while len(out) < want and time.monotonic() < deadline:
-            for recs in (await consumer.getmany(timeout_ms=1000)).values():
-                out.extend(recs)
-    finally:
-        await consumer.stop()
-    return out
 
 
 async def test_compression_bombs_are_dead_lettered_under_a_data_limit(
@@ -106,9 +89,9 @@ async def test_compression_bombs_are_dead_lettered_under_a_data_limit(
     )
     sampler = Sampler(child.proc.pid).start()
     try:
-        results = await read_all(kafka_bootstrap, topics["results"], 1, timeout_s=120)
+        results = await read_all(kafka_bootstrap, topics["results"], want=1, timeout_s=120)
         want = len(whole) + len(per_record) + len(header_bombs) + 1
-        dead = await read_all(kafka_bootstrap, topics["dlq"], want, timeout_s=60)
+        dead = await read_all(kafka_bootstrap, topics["dlq"], want=want, timeout_s=60)
         assert child.proc.poll() is None, (tmp_path / "consumer.log").read_text()[-3000:]
     finally:
         sampler.stop()

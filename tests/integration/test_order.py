@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from consumer.answers.headers import CORRELATION_HEADER
 from consumer.oip.client import encode_request
-from tests.integration.conftest import AppFactory
+from tests.integration.conftest import AppFactory, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -23,26 +23,11 @@ KEYS = 16
 RECORDS = 20000
 
 
-async def read_all(
-    bootstrap: str, topic: str, want: int, isolation_level: str, partitions: int = 4
-) -> dict[int, list[bytes]]:
+async def correlation_ids(bootstrap: str, topic: str, want: int, isolation_level: str) -> dict[int, list[bytes]]:
     """Correlation IDs of the first ``want`` records of ``topic``, per partition in log order."""
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation_level)
-    await reader.start()
     out: dict[int, list[bytes]] = defaultdict(list)
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        reader.assign(tps)
-        await reader.seek_to_beginning(*tps)
-        for _ in range(600):
-            got = await reader.getmany(timeout_ms=200, max_records=5000)
-            for tp, records in got.items():
-                for r in records:
-                    out[tp.partition].append(next(v for k, v in r.headers if k == CORRELATION_HEADER))
-            if sum(len(v) for v in out.values()) >= want:
-                break
-    finally:
-        await reader.stop()
+    for r in await read_all(bootstrap, topic, want=want, isolation_level=isolation_level):
+        out[r.partition].append(next(v for k, v in r.headers if k == CORRELATION_HEADER))
     return out
 
 
@@ -79,7 +64,7 @@ async def test_every_keys_results_arrive_in_request_order(
         await producer.stop()
 
     isolation = "read_committed" if delivery == "exactly_once" else "read_uncommitted"
-    results = await read_all(kafka_bootstrap, topics["results"], RECORDS - poison, isolation)
+    results = await correlation_ids(kafka_bootstrap, topics["results"], RECORDS - poison, isolation)
     seen: dict[int, list[int]] = defaultdict(list)
     for ids in results.values():
         for cid in ids:
@@ -89,5 +74,5 @@ async def test_every_keys_results_arrive_in_request_order(
     for key, seqs in seen.items():
         assert seqs == sorted(seqs), f"key {key}: results out of request order"
         assert len(seqs) == len(set(seqs)), f"key {key}: a result twice"
-    dead = await read_all(kafka_bootstrap, topics["dlq"], poison, isolation, partitions=1)
+    dead = await correlation_ids(kafka_bootstrap, topics["dlq"], poison, isolation)
     assert sum(len(v) for v in dead.values()) == poison

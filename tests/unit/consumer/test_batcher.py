@@ -132,3 +132,45 @@ def test_release_makes_pending_items_due_and_later_ones_wait(clock: FakeClock) -
     b.put("c", 1)  # queued after the release: waits for its own deadline
     assert b.pop_ready(clock()) is None
     assert b.time_to_deadline(clock()) == pytest.approx(0.005)
+
+
+class Sleeper:
+    """The batcher's injected sleep: the fake clock's, recording each wait and setting ``asleep`` when one begins."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.asked: list[float] = []
+        self.asleep = asyncio.Event()
+
+    async def __call__(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        self.asleep.set()
+        await self.clock.sleep(seconds)
+
+
+async def test_next_batch_waits_for_the_deadline_on_the_injected_sleep(clock: FakeClock) -> None:
+    """The waiting path under the fake clock: asleep until the oldest item's deadline, woken by the clock's step."""
+    sleep = Sleeper(clock)
+    b = MicroBatcher(max_batch_rows=64, max_batch_delay_ms=5.0, clock=clock, sleep=sleep)
+    b.put("lone", 1)
+    waiter = asyncio.create_task(b.next_batch())
+    await asyncio.wait_for(sleep.asleep.wait(), timeout=5)
+    assert sleep.asked == [pytest.approx(0.005)]
+    clock.advance_ms(4.9)  # before the deadline: its sleep is not over, the batch not due
+    assert clock.sleepers == 1
+    assert not waiter.done()
+    clock.advance_ms(0.1)
+    assert await asyncio.wait_for(waiter, timeout=5) == ["lone"]
+    assert clock.sleepers == 0
+
+
+async def test_an_arrival_wakes_the_wait_before_its_deadline(clock: FakeClock) -> None:
+    """A full lane is due at once: the waiter wakes on the arrival, its deadline's sleep is cancelled."""
+    sleep = Sleeper(clock)
+    b = MicroBatcher(max_batch_rows=2, max_batch_delay_ms=60_000, clock=clock, sleep=sleep)
+    b.put("a", 1)
+    waiter = asyncio.create_task(b.next_batch())
+    await asyncio.wait_for(sleep.asleep.wait(), timeout=5)
+    b.put("b", 1)
+    assert await asyncio.wait_for(waiter, timeout=5) == ["a", "b"]
+    assert clock.sleepers == 0

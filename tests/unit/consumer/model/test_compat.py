@@ -348,7 +348,7 @@ def test_a_sequence_model_that_padding_changes_is_batched_by_exact_length(masked
     assert runner.signature.sequence.padding_safe == masked
     batches = BatchRunner(runner, Metrics(CollectorRegistry()), clock=lambda: 0.0)
     request = DecodedRequest(None, {"input_ids": np.ones((1, 5), np.int64)}, rows=1, outputs=None, length=5)
-    assert batches.group(request) == ((8, 8) if masked else (5, 5))  # the 8-token bucket, or its own 5 tokens
+    assert batches.lane(request) == ((8, 8) if masked else (5, 5))  # the 8-token bucket, or its own 5 tokens
 
 
 def test_only_graph_constants_without_a_batch_axis_keep_batching(tmp_path: Any) -> None:
