@@ -44,6 +44,17 @@ line, every word ``key=value``, each ratio over rounds followed by its ``_spread
 
     bench: digits_vs_passthrough=R1 digits_vs_passthrough_spread=S digits_vs_naive=R2 minilm_vs_bare_ort=R3 ...
     digits_eos_vs_alo=R4 ... vision_vs_ceiling=R5 ... events_vs_passthrough=R6 ... avro_events_vs_passthrough=R7 ...
+    digits_cpu_vs_passthrough=C1 ... events_cpu_vs_passthrough=C2 ... avro_events_cpu_vs_passthrough=C3 ...
+    digits_eos_cpu_vs_alo=C4 ... wide_digits_vs_passthrough=... wide_digits_cpu_vs_passthrough=...
+    wide_digits_eos_cpu_vs_alo=... first_answer_alo_s=T ... first_answer_eos_s=T ... wide_first_answer_alo_s=...
+    wide_first_answer_eos_s=... other_cpu_pct=P
+
+The ``*_cpu_*`` ratios are the ceiling's CPU time per record over streaminfer's in the same round (exactly_once:
+at_least_once's over exactly_once's), each process's own CPU time (``/proc/<pid>/stat`` utime + stime, read from its
+start every 0.1 s and interpolated) at its first and last result's append time over the results appended between:
+the same window as its throughput. The ``wide_*`` keys are the digits rounds again (``--wide-rounds``) on a requests
+topic of ``--wide-partitions`` (128) partitions; ``first_answer_*_s`` the time from the assignment to the first
+answer (:meth:`harness.bench.plan.Bench.closed_streaminfer`), medians over the rounds.
 
 Models: digits (``models/digits/build.py``) and MiniLM (``models/minilm/build.py`` output folder, ``--minilm-dir``;
 texts are docstrings of Python's standard library, real English of every length). ``--skip-minilm`` leaves MiniLM

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.bench.data import DEFAULT_MINILM, DEFAULT_VISION, DIGITS_MODEL, ROOT
 from harness.bench.events import default_registry_url
-from harness.bench.plan import ROUND_LABELS, WARMUP_PASSES, Bench
+from harness.bench.plan import ROUND_LABELS, WARMUP_PASSES, WIDE, WIDE_PARTITIONS, Bench
 from harness.bench.report import (
     check_docs,
     other_cpu_pct,
@@ -60,6 +60,14 @@ def parser() -> argparse.ArgumentParser:
         default=150_000,
         help="the digits backlog of the ratios' rounds, records (longer runs average out a shared machine's bursts)",
     )
+    p.add_argument(
+        "--wide-partitions",
+        type=int,
+        default=WIDE_PARTITIONS,
+        help="the digits rounds again on a requests topic of this many partitions (the rows "
+        f"{WIDE!r}; the wide_* keys); 0: none",
+    )
+    p.add_argument("--wide-rounds", type=int, default=3, help="rounds on the wide topic")
     p.add_argument("--events", type=int, default=50_000, help="events backlog (JSON, and Avro), records")
     p.add_argument(
         "--schema-registry-url",
@@ -110,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.wide_partitions < 0 or args.wide_rounds < 1:
+        p.error("--wide-partitions must be >= 0 and --wide-rounds >= 1")
     if args.warmup < 0:
         p.error(f"--warmup must be >= 0, got {args.warmup}")
     if args.quick:
@@ -120,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.texts = min(args.texts, 200)
         args.images = min(args.images, 256)
         args.rounds = min(args.rounds, 2)
+        args.wide_partitions, args.wide_rounds = min(args.wide_partitions, 16), min(args.wide_rounds, 1)
         args.naive_s, args.open_s, args.lone_s = min(args.naive_s, 3.0), min(args.open_s, 2.0), min(args.lone_s, 1.0)
     if not DIGITS_MODEL.is_file() and not args.skip_digits:
         raise SystemExit("streaminfer-bench: digits model missing; run make model")

@@ -25,6 +25,8 @@ from harness.process import ConsumerProcess, stop_process
 from harness.scrape import metric_families
 from producer_tools.topics import ensure_topics
 
+#: How often the bench asks a starting consumer's ``/readyz``, s (the time to its first answer is read against it).
+READY_POLL_S = 0.01
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 PARTITIONS = 4
 
@@ -41,6 +43,8 @@ class Run:
         throughput_rps: records/s (closed loop), or the offered rate (open loop).
         p50_ms, p95_ms, p99_ms: latency percentiles, ms (open loop and lone record; closed loop: NaN).
         cpu_pct: CPU of the mode's process, % of one core.
+        cpu_us_per_record: the mode's process's own CPU time (user + system) over the window of its results (first
+            to last result's append time) / the results appended in it, microseconds per record (closed loop).
         peak_rss_mib: the mode's peak resident set, MiB (sampled).
         batch_rows: streaminfer's batch-size histogram, ``{le: count}`` (cumulative, Prometheus buckets).
     """
@@ -55,6 +59,7 @@ class Run:
     p99_ms: float = math.nan
     cpu_pct: float = math.nan
     peak_rss_mib: float = math.nan
+    cpu_us_per_record: float = math.nan
     batch_rows: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -96,9 +101,11 @@ class Sampler:
         return self
 
     def stop(self) -> None:
-        """Stop sampling."""
+        """Stop sampling, with one last reading (while the process lives): a window that ended just now (its last
+        result read a moment ago) then lies inside the readings."""
         self._stop.set()
         self._thread.join()
+        self._sample()
 
     @property
     def peak_rss_mib(self) -> float:
@@ -114,6 +121,34 @@ class Sampler:
         if until_epoch_s is not None:
             last = min(self.samples[1:], key=lambda s: abs(s[0] - until_epoch_s))
         return 100.0 * (last[1] - first[1]) / max(1e-9, last[0] - first[0])
+
+    def cpu_s_at(self, epoch_s: float) -> float:
+        """The process's cumulative CPU time (user + system, s) at ``epoch_s``: linear between the two readings of
+        its CPU time around it (NaN outside the readings)."""
+        times = [s[0] for s in self.samples]
+        if len(times) < 2 or not times[0] <= epoch_s <= times[-1]:
+            return math.nan
+        return float(np.interp(epoch_s, times, [s[1] for s in self.samples]))
+
+    def cpu_us_per_record(self, stamps: Sequence[tuple[int, int]]) -> float:
+        """CPU time per record over the window of the results ``stamps`` (append time, request time; ms): the
+        process's own CPU time read at the window's start and end (the first and last result's append time, the
+        start clipped to the first reading), over the results appended within the window; microseconds (NaN
+        below 2 results in the window, or without readings around it).
+
+        Both ends are reads of ``/proc/<pid>/stat``'s utime + stime (psutil's ``cpu_times``), interpolated between
+        the readings 0.1 s apart: an error of a few milliseconds of CPU at each end, against seconds in the
+        window; no CPU percentage is sampled."""
+        if len(stamps) < 2 or len(self.samples) < 2:
+            return math.nan
+        appended = sorted(a / 1000.0 for a, _ in stamps)
+        start = max(appended[0], self.samples[0][0])
+        end = min(appended[-1], self.samples[-1][0])
+        inside = sum(1 for a in appended if start < a <= end)
+        used = self.cpu_s_at(end) - self.cpu_s_at(start)
+        if inside < 1 or not math.isfinite(used):
+            return math.nan
+        return 1e6 * used / inside
 
 
 class OtherWork:
@@ -183,12 +218,12 @@ def listening_pids(bootstrap: str) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------------ broker helpers
-async def new_topics(bootstrap: str, tag: str) -> dict[str, str]:
-    """Fresh requests (4 partitions), results (4, broker append time) and dead-letter topics."""
+async def new_topics(bootstrap: str, tag: str, partitions: int = PARTITIONS) -> dict[str, str]:
+    """Fresh requests (``partitions``, default 4), results (4, broker append time) and dead-letter topics."""
     names = {"requests": f"bench-{tag}.requests", "results": f"bench-{tag}.results", "dlq": f"bench-{tag}.dlq"}
     await ensure_topics(
         bootstrap,
-        {names["requests"]: PARTITIONS, names["results"]: PARTITIONS, names["dlq"]: 1},
+        {names["requests"]: partitions, names["results"]: PARTITIONS, names["dlq"]: 1},
         configs={names["results"]: APPEND_TIME, names["dlq"]: APPEND_TIME},
     )
     return names
@@ -253,6 +288,11 @@ def throughput(stamps: Sequence[tuple[int, int]]) -> float:
     return (len(stamps) - 1) / span_s
 
 
+def first_result_s(stamps: Sequence[tuple[int, int]]) -> float | None:
+    """The first result's append time, epoch seconds (None without results)."""
+    return min(a for a, _ in stamps) / 1000.0 if stamps else None
+
+
 def last_result_s(stamps: Sequence[tuple[int, int]]) -> float | None:
     """The last result's append time, epoch seconds (None without results)."""
     return max(a for a, _ in stamps) / 1000.0 if stamps else None
@@ -276,12 +316,15 @@ class Scraped:
         padding_ratio: mean of streaminfer_batch_padding_ratio (padded / real tokens; NaN for fixed-shape models).
         stage_seconds: streaminfer_stage_seconds_total per stage, seconds.
         answered: streaminfer_records_total over both outcomes, records.
+        assign_s: streaminfer_rebalance_seconds_sum{phase="assign"}: the assignment handlers' time (exactly_once:
+            opening the partitions' transactional producers), seconds.
     """
 
     batch_rows: dict[str, float]
     padding_ratio: float
     stage_seconds: dict[str, float]
     answered: float
+    assign_s: float = math.nan
 
     def stage_us_per_record(self) -> dict[str, float]:
         """Each stage's time per answered record, microseconds (stages overlap where they await each other)."""
@@ -296,6 +339,7 @@ def scrape(port: int) -> Scraped:
     sums: dict[str, float] = {}
     stages: dict[str, float] = {}
     answered = 0.0
+    assign_s = math.nan
     for family in metric_families(port):
         if family.name == "streaminfer_batch_rows":
             hist = {s.labels["le"]: s.value for s in family.samples if s.name.endswith("_bucket")}
@@ -305,8 +349,12 @@ def scrape(port: int) -> Scraped:
             stages = {s.labels["stage"]: s.value for s in family.samples if s.name.endswith("_total")}
         if family.name == "streaminfer_records":
             answered = sum(s.value for s in family.samples if s.name.endswith("_total"))
+        if family.name == "streaminfer_rebalance_seconds":
+            assign_s = sum(
+                s.value for s in family.samples if s.name.endswith("_sum") and s.labels.get("phase") == "assign"
+            )
     padding = sums["sum"] / sums["count"] if sums.get("count") else math.nan
-    return Scraped(hist, padding, stages, answered)
+    return Scraped(hist, padding, stages, answered, assign_s)
 
 
 def mean_batch(hist: dict[str, float]) -> float:
@@ -329,6 +377,10 @@ class Child:
     proc: subprocess.Popen[bytes]
     port: int | None
     log: Path
+    ready_s: float = math.nan
+    #: The process's CPU time read from the moment it was started (so that readings lie before its first result,
+    #: however soon that comes): what :meth:`Sampler.cpu_us_per_record` reads; stopped by :func:`stop`.
+    cpu: Sampler | None = None
 
 
 def start_streaminfer(
@@ -340,6 +392,8 @@ def start_streaminfer(
     **settings: Any,
 ) -> Child:
     """``python -m consumer`` on ``topics`` with a fresh group and ``settings`` (setting name -> value); ready.
+    ``Child.ready_s`` is when ``/readyz`` first answered 200 (the end of the first assignment handler), epoch s,
+    polled every :data:`READY_POLL_S`.
 
     Args:
         data_limit_bytes: the child's ``RLIMIT_DATA`` (heap and private mappings), bytes; None: inherited.
@@ -362,9 +416,17 @@ def start_streaminfer(
         log,
         data_limit_bytes=data_limit_bytes,
     )
-    consumer.start(timeout_s=180)
+    consumer.start(wait=False)
     assert consumer.proc is not None
-    return Child(consumer.proc, consumer.port, log)
+    cpu = Sampler(consumer.proc.pid).start()
+    deadline = time.monotonic() + 180
+    while not consumer.is_ready():
+        if consumer.returncode is not None or time.monotonic() > deadline:
+            consumer.kill()
+            cpu.stop()
+            raise RuntimeError(f"consumer exited ({consumer.returncode}) or not ready in 180 s; log: {log}")
+        time.sleep(READY_POLL_S)
+    return Child(consumer.proc, consumer.port, log, time.time(), cpu)
 
 
 def start_worker(
@@ -386,15 +448,19 @@ def start_worker(
     with log.open("ab") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)  # noqa: S603 (our own module)
     assert proc.stdout is not None
+    cpu = Sampler(proc.pid).start()
     line = proc.stdout.readline()
     if line.strip() != b"ready":
         proc.kill()
+        cpu.stop()
         raise RuntimeError(f"worker {mode} did not start: {line!r}; log: {log}")
-    return Child(proc, None, log)
+    return Child(proc, None, log, time.time(), cpu)
 
 
 def stop(child: Child) -> None:
-    """SIGTERM, then SIGKILL after 40 s; close its pipe."""
+    """SIGTERM, then SIGKILL after 40 s; close its pipe; stop reading its CPU time."""
+    if child.cpu is not None:
+        child.cpu.stop()
     stop_process(child.proc)
     if child.proc.stdout is not None:
         child.proc.stdout.close()

@@ -36,6 +36,7 @@ from harness.bench.measure import (
     OtherWork,
     Run,
     Sampler,
+    first_result_s,
     last_result_s,
     latency_pcts,
     listening_pids,
@@ -73,7 +74,21 @@ RATIOS = (
     "vision_vs_ceiling",
     "events_vs_passthrough",
     "avro_events_vs_passthrough",
+    "digits_cpu_vs_passthrough",
+    "events_cpu_vs_passthrough",
+    "avro_events_cpu_vs_passthrough",
+    "digits_eos_cpu_vs_alo",
+    "wide_digits_vs_passthrough",
+    "wide_digits_cpu_vs_passthrough",
+    "wide_digits_eos_cpu_vs_alo",
+    "first_answer_alo_s",
+    "first_answer_eos_s",
+    "wide_first_answer_alo_s",
+    "wide_first_answer_eos_s",
 )
+#: The digits rounds on many partitions (``--wide-partitions``, default 128): the model column of their rows.
+WIDE = "digits-wide"
+WIDE_PARTITIONS = 128
 #: A ratio that is a median over rounds is followed on the last line by ``<key>_spread=``: the largest minus the
 #: smallest of its per-round ratios.
 SPREAD_SUFFIX = "_spread"
@@ -85,6 +100,27 @@ PAIRED = {
     "minilm_vs_bare_ort": ("minilm", "streaminfer", "bare-ort"),
     "events_vs_passthrough": (model_name("json"), "streaminfer", "passthrough"),
     "avro_events_vs_passthrough": (model_name("avro"), "streaminfer", "passthrough"),
+    "wide_digits_vs_passthrough": (WIDE, "streaminfer", "passthrough"),
+}
+#: The CPU ratios measured over the same rounds: key -> (model, top mode, bottom mode); each round's ratio is the
+#: bottom's CPU time per record over the top's (:attr:`harness.bench.measure.Run.cpu_us_per_record`: each process's
+#: own CPU seconds over the window of its results), so 1 means streaminfer costs what the ceiling costs and 0.5
+#: twice as much.
+PAIRED_CPU = {
+    "digits_cpu_vs_passthrough": ("digits", "streaminfer", "passthrough"),
+    "events_cpu_vs_passthrough": (model_name("json"), "streaminfer", "passthrough"),
+    "avro_events_cpu_vs_passthrough": (model_name("avro"), "streaminfer", "passthrough"),
+    "digits_eos_cpu_vs_alo": ("digits", "streaminfer-eos", "streaminfer"),
+    "wide_digits_cpu_vs_passthrough": (WIDE, "streaminfer", "passthrough"),
+    "wide_digits_eos_cpu_vs_alo": (WIDE, "streaminfer-eos", "streaminfer"),
+}
+#: The time from the assignment to the first answer (``extra["first_answer_s"]``), median over the rounds: key ->
+#: (model, mode).
+FIRST_ANSWER = {
+    "first_answer_alo_s": ("digits", "streaminfer"),
+    "first_answer_eos_s": ("digits", "streaminfer-eos"),
+    "wide_first_answer_alo_s": (WIDE, "streaminfer"),
+    "wide_first_answer_eos_s": (WIDE, "streaminfer-eos"),
 }
 #: Each ratio measured over rounds -> its name on the ``rounds`` lines and in ``bench.json``'s ``rounds``.
 ROUND_LABELS = {
@@ -94,6 +130,17 @@ ROUND_LABELS = {
     "vision_vs_ceiling": "vision streaminfer/ceiling",
     "events_vs_passthrough": "events-json streaminfer/passthrough",
     "avro_events_vs_passthrough": "events-avro streaminfer/passthrough",
+    "wide_digits_vs_passthrough": "wide streaminfer/passthrough",
+    "digits_cpu_vs_passthrough": "CPU/record passthrough/streaminfer",
+    "digits_eos_cpu_vs_alo": "CPU/record streaminfer/streaminfer-eos",
+    "events_cpu_vs_passthrough": "CPU/record events-json passthrough/streaminfer",
+    "avro_events_cpu_vs_passthrough": "CPU/record events-avro passthrough/streaminfer",
+    "wide_digits_cpu_vs_passthrough": "CPU/record wide passthrough/streaminfer",
+    "wide_digits_eos_cpu_vs_alo": "CPU/record wide streaminfer/streaminfer-eos",
+    "first_answer_alo_s": "first answer after assignment, s, streaminfer",
+    "first_answer_eos_s": "first answer after assignment, s, streaminfer-eos",
+    "wide_first_answer_alo_s": "first answer after assignment, s, wide streaminfer",
+    "wide_first_answer_eos_s": "first answer after assignment, s, wide streaminfer-eos",
 }
 #: Untimed passes of the client-only passthrough over a backlog before anything is measured (``--warmup``): a fresh
 #: broker's JVM compiles its fetch and produce paths during the first passes (its JIT compiler threads took
@@ -182,8 +229,14 @@ class Bench:
             throughput(stamps),
             cpu_pct=sampler.cpu_pct(last_result_s(stamps)),
             peak_rss_mib=sampler.peak_rss_mib,
+            cpu_us_per_record=child.cpu.cpu_us_per_record(stamps) if child.cpu is not None else math.nan,
             batch_rows=scraped.batch_rows,
         )
+        first = first_result_s(stamps)
+        # The assignment arrived assign_s before the group counted as joined (the end of the assignment handler),
+        # which /readyz reports; the bench sees that within its 10 ms poll (ready_s), so this may read 10 ms low.
+        assigned_s = child.ready_s - scraped.assign_s
+        run.extra["first_answer_s"] = max(0.0, first - assigned_s) if first is not None else math.nan
         run.extra["mean_batch_rows"] = mean_batch(scraped.batch_rows)
         run.extra["mean_padding_ratio"] = scraped.padding_ratio
         run.extra["stage_us"] = scraped.stage_us_per_record()
@@ -223,6 +276,7 @@ class Bench:
             throughput(stamps),
             cpu_pct=sampler.cpu_pct(last_result_s(stamps)),
             peak_rss_mib=sampler.peak_rss_mib,
+            cpu_us_per_record=child.cpu.cpu_us_per_record(stamps) if child.cpu is not None else math.nan,
         )
         run.extra["other_cpu_pct"] = other_cpu
         return run
@@ -358,6 +412,16 @@ class Bench:
                 self.runs.append(run)
 
     # -- the plan
+    async def wide_backlog(self) -> str | None:
+        """The topic of the wide rounds' backlog: ``--round-records`` digits requests on ``--wide-partitions``
+        partitions (None when 0: no wide rounds)."""
+        a = self.args
+        if not a.wide_partitions:
+            return None
+        topic = (await new_topics(self.bootstrap, f"{self.tag}-digits-wide", a.wide_partitions))["requests"]
+        await send_all(self.bootstrap, topic, digits_backlog("w", a.round_records), progress=False)
+        return topic
+
     async def digits_backlogs(self) -> tuple[str, str, str]:
         """Topics holding the digits backlogs: JSON and binary extension (``--records`` each), and the rounds' JSON
         (``--round-records``; the first one when the sizes agree)."""
@@ -389,7 +453,7 @@ class Bench:
             self.warmup.append(run.throughput_rps)
         self.step("warm-up")
 
-    async def digits(self, backlog: str, binary_backlog: str, rounds_backlog: str) -> None:
+    async def digits(self, backlog: str, binary_backlog: str, rounds_backlog: str, wide: str | None = None) -> None:
         a = self.args
         n = a.records
 
@@ -443,6 +507,8 @@ class Bench:
         self.runs.append(eos)
         self.step("digits: streaminfer exactly_once")
         await self.repeats(rounds_backlog, a.round_records)
+        if wide is not None:
+            await self.repeats(wide, a.round_records, WIDE, a.wide_rounds)
         best = self.streaminfer_default("digits").throughput_rps
         for load in LOADS:
             run = await self.open_loop(DIGITS_MODEL, best * load, a.open_s, f"{int(load * 100)}% of max")
@@ -455,27 +521,31 @@ class Bench:
         self.runs.append(await self.open_loop(DIGITS_MODEL, 10.0, a.lone_s, "client only", lone=True, client_only=True))
         self.step("digits: lone record")
 
-    async def repeats(self, backlog: str, n: int) -> None:
+    async def repeats(self, backlog: str, n: int, model_name: str = "digits", rounds: int | None = None) -> None:
         """The rounds of the ratios' three runs (passthrough, streaminfer and streaminfer-eos at default settings),
         each back to back and in a rotated order, after the sweep (so the broker is warm for every round alike),
         so a ratio compares runs made under the same machine conditions (a shared VM's speed drifts over minutes);
-        the ratios are the medians over the rounds, their spread the largest minus the smallest."""
+        the ratios are the medians over the rounds, their spread the largest minus the smallest. ``model_name``
+        labels the rows (:data:`WIDE`: the many-partition backlog), ``rounds`` defaults to ``--rounds``."""
         b, d = DEFAULT_SETTING
-        for i in range(self.args.rounds):
+        for i in range(self.args.rounds if rounds is None else rounds):
             order = ["passthrough", "streaminfer", "streaminfer-eos"]
             order = order[i % 3 :] + order[: i % 3]
             for mode in order:
                 if mode == "passthrough":
-                    run = await self.closed_worker(mode, DIGITS_MODEL, backlog, n, self.args.passthrough_s)
+                    run = await self.closed_worker(
+                        mode, DIGITS_MODEL, backlog, n, self.args.passthrough_s, model_name=model_name
+                    )
                 else:
-                    eos = {"delivery": "exactly_once", "transactional_id_prefix": f"bench-{self.tag}-{i}"}
+                    prefix = f"bench-{self.tag}-{model_name}-{i}"
+                    eos = {"delivery": "exactly_once", "transactional_id_prefix": prefix}
                     run = await self.closed_streaminfer(
-                        "digits", DIGITS_MODEL, backlog, n, f"b{b}/d{d:g}ms", mode, **(eos if "eos" in mode else {})
+                        model_name, DIGITS_MODEL, backlog, n, f"b{b}/d{d:g}ms", mode, **(eos if "eos" in mode else {})
                     )
                 run.setting = f"{run.setting}, round {i + 1}"
                 run.extra["round"] = i + 1
                 self.runs.append(run)
-            self.step(f"digits: round {i + 1}")
+            self.step(f"{model_name}: round {i + 1}")
 
     def rounds(self, model: str, mode: str) -> dict[int, Run]:
         """Round number -> the default-setting run of ``mode`` on ``model`` in that round. Runs made in dedicated
@@ -500,6 +570,18 @@ class Bench:
         pairs = [(tops[i], bottoms[i]) for i in sorted(tops) if i in bottoms]
         return [a.throughput_rps / b.throughput_rps for a, b in pairs if b.throughput_rps > 0]
 
+    def round_cpu_ratios(self, top: str, bottom: str, model: str = "digits") -> list[float]:
+        """``bottom``'s CPU time per record / ``top``'s on ``model``, round by round (complete rounds only)."""
+        tops, bottoms = self.rounds(model, top), self.rounds(model, bottom)
+        pairs = [(tops[i].cpu_us_per_record, bottoms[i].cpu_us_per_record) for i in sorted(tops) if i in bottoms]
+        return [b / a for a, b in pairs if a > 0 and math.isfinite(a) and math.isfinite(b)]
+
+    def round_first_answers(self, model: str, mode: str) -> list[float]:
+        """``mode``'s time from the assignment to its first answer on ``model``, s, round by round."""
+        runs = self.rounds(model, mode)
+        values = [runs[i].extra.get("first_answer_s", math.nan) for i in sorted(runs) if runs[i].extra.get("round")]
+        return [v for v in values if math.isfinite(v)]
+
     def paired(self, top: str, bottom: str, model: str = "digits") -> float:
         """Median of :meth:`round_ratios` (nan without a complete round)."""
         ratios = self.round_ratios(top, bottom, model)
@@ -508,6 +590,8 @@ class Bench:
     def per_round(self) -> dict[str, list[float]]:
         """Each ratio measured over rounds (:data:`PAIRED` and ``vision_vs_ceiling``) -> its per-round ratios."""
         out = {key: self.round_ratios(top, bottom, model) for key, (model, top, bottom) in PAIRED.items()}
+        out |= {key: self.round_cpu_ratios(top, bottom, model) for key, (model, top, bottom) in PAIRED_CPU.items()}
+        out |= {key: self.round_first_answers(model, mode) for key, (model, mode) in FIRST_ANSWER.items()}
         out["vision_vs_ceiling"] = [
             s.throughput_rps / min(d.throughput_rps, b.throughput_rps) for d, b, s in ceilings(self.runs)
         ]
@@ -517,7 +601,7 @@ class Bench:
         """Each ratio measured over rounds (:data:`PAIRED`) -> the mean CPU the rest of the machine used during its
         runs, % of one core (NaN without one): how busy the machine was with other work."""
         out = {}
-        for key, (model, top, bottom) in PAIRED.items():
+        for key, (model, top, bottom) in (PAIRED | PAIRED_CPU).items():
             runs = [*self.rounds(model, top).values(), *self.rounds(model, bottom).values()]
             values = [r.extra["other_cpu_pct"] for r in runs if math.isfinite(r.extra.get("other_cpu_pct", math.nan))]
             out[key] = float(np.mean(values)) if values else math.nan
@@ -627,8 +711,9 @@ class Bench:
         naive = self.find("digits", "naive")
         if naive is not None:
             out["digits_vs_naive"] = self.streaminfer_default("digits").throughput_rps / naive.throughput_rps
-        for key, (model, top, bottom) in PAIRED.items():
-            out[key] = self.paired(top, bottom, model)
+        for key, values in self.per_round().items():
+            if key != "vision_vs_ceiling":
+                out[key] = float(np.median(values)) if values else math.nan
         out["vision_vs_ceiling"] = vision_ratio(self.runs)
         return out
 
@@ -639,6 +724,7 @@ class Bench:
         steps = (
             1
             + (0 if a.skip_digits else 9 + len(self.sweep) + len(LOADS) + a.rounds - 1)
+            + (0 if a.skip_digits or not a.wide_partitions else a.wide_rounds)
             + (0 if a.skip_events else a.rounds)
             + (0 if a.skip_minilm else 1 + a.rounds)
             + (0 if a.skip_vision else 2 + a.rounds)
@@ -656,13 +742,14 @@ class Bench:
                 minilm = None if a.skip_minilm else await self.minilm_backlog()
                 images = None if a.skip_vision else await vision_backlog(self)
                 digits = None if a.skip_digits else await self.digits_backlogs()
+                wide = None if a.skip_digits else await self.wide_backlog()
                 events = None if a.skip_events else await event_backlogs(self, url)
                 if digits is not None:
                     await self.warm_up(digits[0], a.records)
                 elif events:
                     await self.warm_up(events["json"], a.events, events=True)
                 if digits is not None:
-                    await self.digits(*digits)
+                    await self.digits(*digits, wide)
                 if events is not None:
                     await event_runs(self, events, url)
             if minilm is not None:
@@ -675,6 +762,7 @@ class Bench:
             "records": a.records,
             "round_records": a.round_records,
             "events": a.events,
+            "wide_partitions": a.wide_partitions,
             "runs": [asdict(r) for r in self.runs],
             "ratios": self.ratios(),
             "spreads": self.spreads(),

@@ -38,7 +38,7 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
     """The runs as a fixed-width text table."""
     head = (
         f"{'model':<11} {'mode':<19} {'setting':<17} {'records':>8} {'rec/s':>9} {'p50 ms':>7} {'p95 ms':>7} "
-        f"{'p99 ms':>7} {'CPU %':>6} {'RSS MiB':>8} {'rows/batch':>10}"
+        f"{'p99 ms':>7} {'CPU %':>6} {'CPU us/rec':>10} {'RSS MiB':>8} {'rows/batch':>10}"
     )
     lines = [head, "-" * len(head)]
     for r in runs:
@@ -46,6 +46,7 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"{r['model']:<11} {r['mode']:<19} {r['setting']:<17} {r['records']:>8} {r['throughput_rps']:>9.0f} "
             f"{r['p50_ms']:>7.1f} {r['p95_ms']:>7.1f} {r['p99_ms']:>7.1f} {r['cpu_pct']:>6.0f} "
+            f"{_num(r.get('cpu_us_per_record')):>10.1f} "
             f"{r['peak_rss_mib']:>8.0f} {mean:>10.1f}"
         )
     return "\n".join(lines)
@@ -160,6 +161,11 @@ def other_cpu_pct(runs: Sequence[dict[str, Any]]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+def _num(value: float | None) -> float:
+    """A number that strict JSON may have turned into None, as a float (NaN)."""
+    return math.nan if value is None else float(value)
+
+
 def _cell(value: float | None, digits: int = 0) -> str:
     """A number for the markdown table: blank when not measured (NaN or None)."""
     return f"{value:.{digits}f}" if value is not None and math.isfinite(value) else ""
@@ -168,8 +174,9 @@ def _cell(value: float | None, digits: int = 0) -> str:
 def markdown_table(runs: Sequence[dict[str, Any]]) -> str:
     """The runs as the benchmarks page's markdown table."""
     rows = [
-        "| model | mode | setting | records | rec/s | p50 ms | p99 ms | CPU % | peak RSS MiB | rows/batch |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | mode | setting | records | rec/s | p50 ms | p99 ms | CPU % | CPU us/record | peak RSS MiB "
+        "| rows/batch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         cells = (
@@ -181,11 +188,62 @@ def markdown_table(runs: Sequence[dict[str, Any]]) -> str:
             _cell(r["p50_ms"]),
             _cell(r["p99_ms"]),
             _cell(r["cpu_pct"]),
+            _cell(r.get("cpu_us_per_record"), 1),
             _cell(r["peak_rss_mib"]),
             _cell(r["extra"].get("mean_batch_rows"), 1),
         )
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+#: Throughput ratio -> the CPU ratio of the same runs, for the reading of the docs block.
+CPU_OF = {
+    "digits_vs_passthrough": "digits_cpu_vs_passthrough",
+    "events_vs_passthrough": "events_cpu_vs_passthrough",
+    "avro_events_vs_passthrough": "avro_events_cpu_vs_passthrough",
+    "digits_eos_vs_alo": "digits_eos_cpu_vs_alo",
+    "wide_digits_vs_passthrough": "wide_digits_cpu_vs_passthrough",
+}
+
+
+def reading(result: dict[str, Any]) -> list[str]:
+    """The generated reading of a run: each throughput ratio beside the CPU ratio of the same runs (median and
+    spread over the rounds), and which of the two reproduces, and why."""
+    ratios, spreads = result.get("ratios", {}), result.get("spreads", {})
+
+    def fig(key: str) -> str:
+        value, spread = _num(ratios.get(key)), _num(spreads.get(key))
+        return f"{value:.2f} (spread {spread:.2f})" if math.isfinite(value) else "not measured"
+
+    rows = ["| runs | records/s ratio | CPU-per-record ratio |", "|---|---|---|"]
+    rows += [f"| `{rps}` / `{cpu}` | {fig(rps)} | {fig(cpu)} |" for rps, cpu in CPU_OF.items()]
+    pairs = [(_num(spreads.get(r)), _num(spreads.get(c))) for r, c in CPU_OF.items()]
+    pairs = [(r, c) for r, c in pairs if math.isfinite(r) and math.isfinite(c)]
+    tighter = sum(1 for r, c in pairs if c <= r)
+    verdict = (
+        f"In this run the CPU ratio's spread over the rounds was at most the throughput ratio's in {tighter} of "
+        f"{len(pairs)} pairs."
+        if pairs
+        else "This run measured no pair of them over rounds."
+    )
+    wide = result.get("wide_partitions")
+    return [
+        "The CPU-per-record ratios (`*_cpu_vs_*`) are the ceiling's CPU seconds per record over streaminfer's "
+        "(exactly_once: at_least_once's over exactly_once's), each read from the process's own CPU time "
+        "(user + system, `/proc/<pid>/stat`) at the first and the last result's append time, over the results "
+        "appended between them; 1.0 means streaminfer costs what the ceiling costs."
+        + (f" The `wide_*` keys are the same rounds on a {wide}-partition requests topic." if wide else ""),
+        "",
+        *rows,
+        "",
+        "**The CPU ratio is the one that reproduces.** Records/s of a consumer sharing the machine's cores with the "
+        "broker is set by how fast those cores run the broker as much as the consumer, so the throughput ratio "
+        "moves from one machine to the next (issue 33: 0.81 and 0.53 for the same command on two machines of one "
+        "kind); the CPU seconds a process spends per record count only its own work, which the broker's speed "
+        "does not change (0.42 and 0.44 on those machines). Compare CPU ratios across machines; read the "
+        f"throughput ratios within one run. {verdict}",
+        "",
+    ]
 
 
 def docs_block(result: dict[str, Any], lines: Sequence[str], plot_names: Sequence[str], day: str) -> str:
@@ -200,6 +258,7 @@ def docs_block(result: dict[str, Any], lines: Sequence[str], plot_names: Sequenc
         "",
         markdown_table(result["runs"]),
         "",
+        *reading(result),
         "```text",
         *lines,
         "```",

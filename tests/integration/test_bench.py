@@ -22,6 +22,12 @@ KEYS = [
     "minilm_vs_bare_ort", "minilm_vs_bare_ort_spread", "digits_eos_vs_alo", "digits_eos_vs_alo_spread",
     "vision_vs_ceiling", "vision_vs_ceiling_spread", "events_vs_passthrough", "events_vs_passthrough_spread",
     "avro_events_vs_passthrough", "avro_events_vs_passthrough_spread",
+    *(f"{key}{suffix}" for key in (
+        "digits_cpu_vs_passthrough", "events_cpu_vs_passthrough", "avro_events_cpu_vs_passthrough",
+        "digits_eos_cpu_vs_alo", "wide_digits_vs_passthrough", "wide_digits_cpu_vs_passthrough",
+        "wide_digits_eos_cpu_vs_alo", "first_answer_alo_s", "first_answer_eos_s", "wide_first_answer_alo_s",
+        "wide_first_answer_eos_s",
+    ) for suffix in ("", "_spread")),
 ]  # fmt: skip
 LAST_LINE = re.compile(r"^bench: " + " ".join(rf"{key}=(\d+\.\d\d)" for key in KEYS) + r" other_cpu_pct=(\d+)$")
 
@@ -109,12 +115,24 @@ def test_quick_bench_runs_every_mode(
         ("events-avro", "streaminfer"),
     ]:
         assert expected in modes, f"no {expected} run"
-    sizes = {"digits": result["records"], "minilm": 200, "vision": 256, "events-json": 2000, "events-avro": 2000}
+    assert {r["mode"] for r in runs if r["model"] == "digits-wide"} == {"passthrough", "streaminfer", "streaminfer-eos"}
+    assert result["wide_partitions"] == 16  # --quick
+    sizes = {
+        "digits": result["records"],
+        "digits-wide": result["round_records"],
+        "minilm": 200,
+        "vision": 256,
+        "events-json": 2000,
+        "events-avro": 2000,
+    }
     for r in runs:
         if r["mode"] in ("passthrough", "decode-encode", "streaminfer", "streaminfer-binary", "streaminfer-eos"):
             assert r["records"] == sizes[r["model"]], r
             assert r["throughput_rps"] > 0
             assert r["peak_rss_mib"] > 10
+            assert r["cpu_us_per_record"] > 0, r  # the process's own CPU time over its results' window
+        if r["mode"] in ("streaminfer", "streaminfer-eos") and r["extra"].get("round"):
+            assert r["extra"]["first_answer_s"] > 0, r
         if r["mode"] == "streaminfer":
             assert sum(1 for v in r["batch_rows"].values() if v > 0) > 0
             assert r["extra"]["stage_us"]["decode"] > 0  # the consumer's own per-stage costs

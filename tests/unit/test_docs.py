@@ -221,7 +221,7 @@ def test_make_bench_rewrites_only_the_generated_block(tmp_path: Path) -> None:
     assert text.startswith("# Benchmarks\n\nmethod\n\n<!-- bench:begin -->\nLatest run: `make bench` on 2026-12-02, 2 ")
     assert text.endswith("<!-- bench:end -->\n\nreading\n")
     assert "old figures" not in text
-    assert "| digits | streaminfer | b64/d5ms | 50000 | 16672 | 13 |  | 95 | 114 | 48.0 |" in text
+    assert "| digits | streaminfer | b64/d5ms | 50000 | 16672 | 13 |  | 95 |  | 114 | 48.0 |" in text
     assert "```text\nbench: digits_vs_passthrough=0.57\n```" in text
     assert "![throughput and p99 per setting](bench/throughput.png)" in text
     assert (page.parent / "bench" / "throughput.png").read_bytes() == b"png"

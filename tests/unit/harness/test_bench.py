@@ -11,13 +11,18 @@ from pathlib import Path
 import pytest
 
 from harness.bench import latency_pcts, mean_batch, summary_line, throughput
-from harness.bench.measure import Run, listening_pids
+from harness.bench.measure import Run, Sampler, listening_pids
+from harness.bench.plan import RATIOS as PLAN_RATIOS
 from harness.bench.plan import Bench
-from harness.bench.report import other_cpu_pct, rounds_line
+from harness.bench.report import other_cpu_pct, reading, rounds_line
 
 LAST = (
     "bench: digits_vs_passthrough=0.60 digits_vs_naive=125.00 minilm_vs_bare_ort=0.93 digits_eos_vs_alo=0.81 "
-    "vision_vs_ceiling=0.87 events_vs_passthrough=0.71 avro_events_vs_passthrough=nan"
+    "vision_vs_ceiling=0.87 events_vs_passthrough=0.71 avro_events_vs_passthrough=nan "
+    "digits_cpu_vs_passthrough=nan events_cpu_vs_passthrough=nan avro_events_cpu_vs_passthrough=nan "
+    "digits_eos_cpu_vs_alo=nan wide_digits_vs_passthrough=nan wide_digits_cpu_vs_passthrough=nan "
+    "wide_digits_eos_cpu_vs_alo=nan first_answer_alo_s=nan first_answer_eos_s=nan wide_first_answer_alo_s=nan "
+    "wide_first_answer_eos_s=nan"
 )
 
 
@@ -61,16 +66,19 @@ def test_each_ratio_over_rounds_has_its_spread_beside_it_and_every_word_is_key_v
     assert line.startswith("bench: digits_vs_passthrough=0.60 digits_vs_passthrough_spread=0.05 digits_vs_naive=")
     assert " events_vs_passthrough=0.71 events_vs_passthrough_spread=0.10 avro_events_vs_passthrough=nan " in line
     words = dict(w.split("=") for w in line.split()[1:])
-    assert [k for k in words if not k.endswith("_spread")] == [*RATIOS, "avro_events_vs_passthrough"]
+    assert [k for k in words if not k.endswith("_spread")] == list(PLAN_RATIOS)
+    assert list(PLAN_RATIOS[: len(RATIOS) + 1]) == [*RATIOS, "avro_events_vs_passthrough"]  # the old keys first
     assert words["avro_events_vs_passthrough_spread"] == "nan"
     assert "digits_vs_naive_spread" not in words  # one run, no rounds
 
 
-def run(model: str, mode: str, rps: float, round_: int | None = None, default: bool = False) -> Run:
+def run(
+    model: str, mode: str, rps: float, round_: int | None = None, default: bool = False, cpu_us: float = math.nan
+) -> Run:
     extra: dict[str, object] = {"default": default}
     if round_ is not None:
         extra["round"] = round_
-    return Run(model, mode, "s", 1000, rps, extra=extra)
+    return Run(model, mode, "s", 1000, rps, cpu_us_per_record=cpu_us, extra=extra)
 
 
 def test_ratios_pair_runs_of_the_same_round_and_leave_the_cold_first_runs_out() -> None:
@@ -115,7 +123,7 @@ def test_ratios_pair_runs_of_the_same_round_and_leave_the_cold_first_runs_out() 
 
 def test_the_summary_line_ends_with_the_other_work_on_the_machine_and_rounds_lines_say_it_too() -> None:
     line = summary_line(RATIOS, {"digits_vs_passthrough": 0.1}, other_cpu=57.4)
-    assert line.endswith(" avro_events_vs_passthrough=nan other_cpu_pct=57")
+    assert line.endswith(" wide_first_answer_eos_s=nan other_cpu_pct=57")
     assert rounds_line("streaminfer/passthrough", [0.5, 0.62, 0.55], 57.4) == (
         "rounds streaminfer/passthrough: 0.50 0.62 0.55 (the ratio is their median; spread 0.12; other work on the "
         "machine: 57 % CPU)"
@@ -138,3 +146,54 @@ def test_the_broker_is_found_by_its_listening_port() -> None:
         port = server.getsockname()[1]
         assert os.getpid() in listening_pids(f"127.0.0.1:{port}")
     assert listening_pids(f"127.0.0.1:{port}") == []  # closed
+
+
+def sampler(samples: list[tuple[float, float]]) -> Sampler:
+    """A Sampler of this process whose readings are ``samples`` (epoch s, CPU s), never started."""
+    out = Sampler(os.getpid())
+    out.samples = [(t, cpu, 0) for t, cpu in samples]
+    return out
+
+
+def test_cpu_per_record_is_the_cpu_time_read_at_both_ends_of_the_results_window() -> None:
+    # CPU time 2 s/s from t=100 to 110 (a process using two cores), results at 1,000/s from 101 s to 105 s
+    s = sampler([(100.0 + 0.1 * i, 2.0 * 0.1 * i) for i in range(101)])
+    assert s.cpu_s_at(100.05) == pytest.approx(0.1)  # between two readings: linear
+    assert math.isnan(s.cpu_s_at(99.0))
+    stamps = [(101_000 + i, 0) for i in range(4001)]  # 4,001 results, 4,000 after the first
+    assert s.cpu_us_per_record(stamps) == pytest.approx(2e6 * 4.0 / 4000)  # 8 s of CPU / 4,000 records = 2,000 us
+    early = [(99_000 + i, 0) for i in range(4001)]  # results from before the first reading: the window is clipped
+    assert s.cpu_us_per_record(early) == pytest.approx(2e6 * 3.0 / 3000)
+    assert math.isnan(s.cpu_us_per_record(stamps[:1]))
+    assert math.isnan(sampler([(100.0, 0.0)]).cpu_us_per_record(stamps))
+
+
+def test_cpu_ratios_are_the_ceilings_cpu_per_record_over_streaminfers_per_round() -> None:
+    bench = Bench(argparse.Namespace(bootstrap_servers="unused:9092", out=Path("unused")))
+    bench.runs = [
+        run("digits", "passthrough", 40_000.0, 1, cpu_us=8.0), run("digits", "streaminfer", 20_000.0, 1, cpu_us=20.0),
+        run("digits", "streaminfer-eos", 16_000.0, 1, cpu_us=25.0),
+        run("digits", "passthrough", 30_000.0, 2, cpu_us=9.0), run("digits", "streaminfer", 15_000.0, 2, cpu_us=18.0),
+        run("digits", "streaminfer-eos", 15_000.0, 2, cpu_us=math.nan),  # not measured: that round is left out
+        run("digits-wide", "passthrough", 30_000.0, 1, cpu_us=10.0),
+        run("digits-wide", "streaminfer", 10_000.0, 1, cpu_us=40.0),
+    ]  # fmt: skip
+    bench.runs[1].extra["first_answer_s"] = 0.4
+    bench.runs[4].extra["first_answer_s"] = 0.6
+    per_round = bench.per_round()
+    assert per_round["digits_cpu_vs_passthrough"] == pytest.approx([0.4, 0.5])
+    assert per_round["digits_eos_cpu_vs_alo"] == pytest.approx([0.8])
+    assert per_round["wide_digits_cpu_vs_passthrough"] == pytest.approx([0.25])
+    assert per_round["wide_digits_vs_passthrough"] == pytest.approx([1 / 3])
+    assert per_round["first_answer_alo_s"] == pytest.approx([0.4, 0.6])
+    ratios, spreads = bench.ratios(), bench.spreads()
+    assert ratios["digits_cpu_vs_passthrough"] == pytest.approx(0.45)
+    assert spreads["digits_cpu_vs_passthrough"] == pytest.approx(0.1)
+    assert ratios["digits_vs_passthrough"] == pytest.approx(0.5)  # the throughput ratio stays beside it
+    assert ratios["first_answer_alo_s"] == pytest.approx(0.5)
+    assert math.isnan(ratios["events_cpu_vs_passthrough"])
+    text = "\n".join(reading({"ratios": ratios, "spreads": spreads, "wide_partitions": 128}))
+    assert "| `digits_vs_passthrough` / `digits_cpu_vs_passthrough` | 0.50 (spread 0.00) | 0.45 (spread 0.10) |" in text
+    assert "**The CPU ratio is the one that reproduces.**" in text
+    assert "128-partition" in text
+    assert "at most the throughput ratio's in 2 of 3 pairs" in text
