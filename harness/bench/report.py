@@ -206,8 +206,8 @@ CPU_OF = {
 }
 
 
-def reading(result: dict[str, Any]) -> list[str]:
-    """The generated reading of a run: each throughput ratio beside the CPU ratio of the same runs (median and
+def cpu_reading(result: dict[str, Any]) -> list[str]:
+    """The generated reading of a run's ratios: each throughput ratio beside the CPU ratio of the same runs (median and
     spread over the rounds), and which of the two reproduces, and why."""
     ratios, spreads = result.get("ratios", {}), result.get("spreads", {})
 
@@ -258,7 +258,7 @@ def docs_block(result: dict[str, Any], lines: Sequence[str], plot_names: Sequenc
         "",
         markdown_table(result["runs"]),
         "",
-        *reading(result),
+        *cpu_reading(result),
         "```text",
         *lines,
         "```",

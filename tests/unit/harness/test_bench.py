@@ -14,7 +14,7 @@ from harness.bench import latency_pcts, mean_batch, summary_line, throughput
 from harness.bench.measure import Run, Sampler, listening_pids
 from harness.bench.plan import RATIOS as PLAN_RATIOS
 from harness.bench.plan import Bench
-from harness.bench.report import other_cpu_pct, reading, rounds_line
+from harness.bench.report import cpu_reading, other_cpu_pct, rounds_line
 
 LAST = (
     "bench: digits_vs_passthrough=0.60 digits_vs_naive=125.00 minilm_vs_bare_ort=0.93 digits_eos_vs_alo=0.81 "
@@ -192,7 +192,7 @@ def test_cpu_ratios_are_the_ceilings_cpu_per_record_over_streaminfers_per_round(
     assert ratios["digits_vs_passthrough"] == pytest.approx(0.5)  # the throughput ratio stays beside it
     assert ratios["first_answer_alo_s"] == pytest.approx(0.5)
     assert math.isnan(ratios["events_cpu_vs_passthrough"])
-    text = "\n".join(reading({"ratios": ratios, "spreads": spreads, "wide_partitions": 128}))
+    text = "\n".join(cpu_reading({"ratios": ratios, "spreads": spreads, "wide_partitions": 128}))
     assert "| `digits_vs_passthrough` / `digits_cpu_vs_passthrough` | 0.50 (spread 0.00) | 0.45 (spread 0.10) |" in text
     assert "**The CPU ratio is the one that reproduces.**" in text
     assert "128-partition" in text
