@@ -38,7 +38,6 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from rich.console import Console
 from rich.table import Table
@@ -56,7 +55,7 @@ from consumer.answers.records import (
 from consumer.errors import DeadLetterReason
 from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
 from producer_tools.security import Security, add_security, security_of
-from producer_tools.topics import TopicMissingError
+from producer_tools.topics import TopicMissingError, partitions_of
 
 #: Header counting how often a request was replayed from the dead-letter topic (decimal text).
 REPLAY_HEADER = "streaminfer.replay.count"
@@ -267,26 +266,6 @@ async def read(
                     yield split(tp.partition, rec.offset, rec.timestamp, rec.key, rec.value, rec.headers)
                 if await consumer.position(tp) >= ends[tp]:
                     left.pop(tp, None)
-
-
-async def partitions_of(bootstrap_servers: str, topic: str, security: Security = None) -> set[int]:
-    """``topic``'s partitions. The consumer's own metadata covers only topics it subscribed to, and a group
-    subscription would rebalance, so the partitions are asked of the cluster (the admin client's metadata request).
-
-    Raises:
-        TopicMissingError: the topic does not exist.
-        KafkaError: the broker cannot be reached.
-    """
-    admin = AIOKafkaAdminClient(**(security or {}), bootstrap_servers=bootstrap_servers, client_id="streaminfer-dlq")
-    await admin.start()
-    try:
-        described = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    found = [t for t in described if t["topic"] == topic and t["error_code"] == 0 and t["partitions"]]
-    if not found:
-        raise TopicMissingError(f"topic {topic!r} does not exist on the cluster; fix the name")
-    return {int(p["partition"]) for p in found[0]["partitions"]}
 
 
 def consumer_for(bootstrap_servers: str, group: str | None = None, security: Security = None) -> AIOKafkaConsumer:

@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from confluent_kafka.schema_registry import AsyncSchemaRegistryClient
 from prometheus_client import CollectorRegistry
 
@@ -53,6 +52,7 @@ from consumer.offsets import OffsetTracker
 from consumer.ops.metrics import Metrics
 from consumer.schema import NUMPY_TO_OIP, OIP_TO_NUMPY, ModelSignature
 from consumer.work import Limits
+from producer_tools.topics import TopicMissingError, partitions_of
 
 SET_FORMAT = 1
 
@@ -412,16 +412,10 @@ async def _partitions(s: Settings, topic: str) -> list[int]:
     Raises:
         SetError: the topic does not exist.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap_servers, **kafka_security_kwargs(s))
-    await admin.start()
     try:
-        described = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    found = [t for t in described if t["topic"] == topic and t["error_code"] == 0 and t["partitions"]]
-    if not found:
-        raise SetError(f"topic {topic!r} does not exist on {s.bootstrap_servers}")
-    return sorted(int(p["partition"]) for p in found[0]["partitions"])
+        return sorted(await partitions_of(s.bootstrap_servers, topic, kafka_security_kwargs(s)))
+    except TopicMissingError:
+        raise SetError(f"topic {topic!r} does not exist on {s.bootstrap_servers}") from None
 
 
 def _manifest_labels(path: Path) -> dict[bytes, int]:

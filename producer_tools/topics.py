@@ -70,3 +70,23 @@ async def ensure_topics(
             log.info("created topics %s", [t.name for t in new])
     finally:
         await admin.close()
+
+
+async def partitions_of(bootstrap_servers: str, topic: str, security: Security = None) -> set[int]:
+    """``topic``'s partitions. The consumer's own metadata covers only topics it subscribed to, and a group
+    subscription would rebalance, so the partitions are asked of the cluster (the admin client's metadata request).
+
+    Raises:
+        TopicMissingError: the topic does not exist.
+        KafkaError: the broker cannot be reached.
+    """
+    admin = AIOKafkaAdminClient(**(security or {}), bootstrap_servers=bootstrap_servers, client_id="streaminfer-admin")
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    found = [t for t in described if t["topic"] == topic and t["error_code"] == 0 and t["partitions"]]
+    if not found:
+        raise TopicMissingError(f"topic {topic!r} does not exist on the cluster; fix the name")
+    return {int(p["partition"]) for p in found[0]["partitions"]}

@@ -41,10 +41,9 @@ from harness.docker import pod
 from harness.docker.client import Docker, DockerError
 from harness.docker.engine import Engine
 from harness.localkafka import LocalBroker
-from producer_tools.dlq import partitions_of
 from producer_tools.produce import DEFAULT_HELDOUT, Outgoing, digits_requests, send_all
 from producer_tools.results import Report, collect
-from producer_tools.topics import ensure_topics
+from producer_tools.topics import ensure_topics, partitions_of
 
 #: Seconds the container may take to answer /readyz (model load and warm-up; Kafka's group join).
 READY_TIMEOUT_S = 120.0

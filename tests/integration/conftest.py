@@ -138,7 +138,7 @@ async def read_all(
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from producer_tools.dlq import partitions_of
+    from producer_tools.topics import partitions_of
 
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
