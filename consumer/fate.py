@@ -30,9 +30,10 @@ producer fenced)
 
 from __future__ import annotations
 
+from collections.abc import Container, Hashable
 from enum import StrEnum
 
-from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, ProducerClosed, ProducerFenced
+from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, KafkaError, ProducerClosed, ProducerFenced
 
 from consumer.errors import BROKEN_PRODUCER, TOO_LARGE, DeadLetterReason, NotSentError, RecordError
 
@@ -162,3 +163,18 @@ def of_transaction(error: BaseException) -> Action:
 def needs_new_producer(error: BaseException) -> bool:
     """Whether only a new producer writes again after ``error`` (the sequence state is lost: too large included)."""
     return of_write(error) in (Action.NEW_PRODUCER, Action.SIZE_LADDER)
+
+
+def of_partition(tp: Hashable, revoked: Container[Hashable]) -> Action | None:
+    """A record of partition ``tp`` after a rebalance took ``revoked`` away: :attr:`Action.DROP` when ``tp`` is one of
+    them (``partition_revoked``: unanswered and uncommitted, its next owner reads it), else None (it goes on)."""
+    return FAILURES["partition_revoked"] if tp in revoked else None
+
+
+def of_connect(error: BaseException) -> Action:
+    """A new producer could not be started: a Kafka error (the broker unreachable) is :attr:`Action.WAIT`ed out
+    with the shared backoff (``broker_unreachable``); anything else is a bug and raised (:attr:`Action.DEAD_LETTER`
+    is never the answer to a dependency that is down)."""
+    if isinstance(error, KafkaError):
+        return FAILURES["broker_unreachable"]
+    raise error

@@ -27,6 +27,7 @@ from collections import Counter
 
 from aiokafka import TopicPartition
 
+from consumer import fate
 from consumer.budget import InFlight
 from consumer.delivery.committer import Committer
 from consumer.delivery.publisher import Publisher
@@ -223,7 +224,7 @@ class AtLeastOnce:
             return
         st = self._stages
         gone = set(revoked)
-        queued = self.batcher.discard(lambda w: w.tp in gone)
+        queued = self.batcher.discard(lambda w: fate.of_partition(w.tp, gone) is fate.Action.DROP)
         first_queued: dict[TopicPartition, int] = {}
         for work in queued:
             first_queued[work.tp] = min(work.record.offset, first_queued.get(work.tp, work.record.offset))

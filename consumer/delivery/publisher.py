@@ -257,6 +257,8 @@ class Publisher:
                 self.producer = await self._clients.producer(self._client_id)
                 return
             except KafkaError as exc:
+                if fate.of_connect(exc) is not fate.Action.WAIT:  # every Kafka error is waited out
+                    raise
                 delay = self._backoff.delay(attempt)
                 log.warning("cannot start a new producer (%r); retrying in %.1f s", exc, delay)
                 await self._sleep(delay)

@@ -11,6 +11,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from confluent_kafka.schema_registry import AsyncSchemaRegistryClient
 
+from consumer import fate
 from consumer.answers.enrich import EnrichedAnswers
 from consumer.answers.ladder import SizeLadder
 from consumer.answers.outputs import Answers
@@ -130,7 +131,7 @@ class Stages:
         if not stale:
             return works
         self.tracker.forget(stale)
-        return [w for w in works if w.tp in assigned]
+        return [w for w in works if fate.of_partition(w.tp, stale) is not fate.Action.DROP]
 
     def done(self, works: Sequence[Work]) -> None:
         """The answers of ``works`` were acknowledged (at_least_once) or their transaction committed (exactly_once):

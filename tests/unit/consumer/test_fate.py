@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from aiokafka.errors import (
     IllegalOperation,
+    KafkaConnectionError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     OutOfOrderSequenceNumber,
@@ -89,3 +90,14 @@ def test_every_reason_has_an_action() -> None:
     assert set(fate.REASONS) == set(DeadLetterReason)
     assert fate.of_record(RecordError(DeadLetterReason.RESULT_TOO_LARGE, "x")) is Action.SIZE_LADDER
     assert fate.of_record(RecordError(DeadLetterReason.NULL_VALUE, "x")) is Action.DEAD_LETTER
+
+
+def test_a_record_of_a_revoked_partition_is_dropped_any_other_goes_on() -> None:
+    assert fate.of_partition("a-0", {"a-0", "a-1"}) is Action.DROP
+    assert fate.of_partition("a-2", {"a-0", "a-1"}) is None
+
+
+def test_a_broker_that_does_not_answer_a_new_producer_is_waited_out() -> None:
+    assert fate.of_connect(KafkaConnectionError()) is Action.WAIT
+    with pytest.raises(ValueError, match="a bug"):
+        fate.of_connect(ValueError("a bug"))
