@@ -53,10 +53,12 @@ from consumer.answers.records import (
     VALUE_DROPPED_HEADER,
 )
 from consumer.errors import DeadLetterReason
-from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, quiet_client_logs, refuse, unreachable
 from producer_tools.security import Security, add_security, security_of
 from producer_tools.topics import TopicMissingError, partitions_of
 
+#: The name a line the tool says on stderr starts with.
+TOOL = "streaminfer-dlq"
 #: Header counting how often a request was replayed from the dead-letter topic (decimal text).
 REPLAY_HEADER = "streaminfer.replay.count"
 #: Header naming the dead letter a replayed request came from, ``topic:partition:offset``.
@@ -552,8 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb == "replay" and args.max_replays < 1:
             raise BadArgument(f"--max-replays must be at least 1, got {args.max_replays}")
     except BadArgument as exc:
-        print(f"streaminfer-dlq: {exc}", file=sys.stderr)
-        return 2
+        return refuse(TOOL, exc)
     try:
         if args.verb == "replay":
             report = asyncio.run(replay(args, chosen, security))
@@ -561,11 +562,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1 if report.failed or report.refused else 0
         letters = asyncio.run(selected(args, chosen, security))
     except TopicMissingError as exc:
-        print(f"streaminfer-dlq: {exc}", file=sys.stderr)
-        return 2
+        return refuse(TOOL, exc)
     except KafkaError as exc:
-        print(f"streaminfer-dlq: {kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers})", file=sys.stderr)
-        return 1
+        return refuse(TOOL, exc, unreachable(exc, args.bootstrap_servers))
     if args.verb == "summary":
         print_summary(args.dead_letter_topic, summarise(letters), args.json)
     else:

@@ -27,7 +27,7 @@ from fastavro import parse_schema
 from fastavro.schema import SchemaParseException
 from fastavro.validation import ValidationError, validate
 
-from producer_tools.cli import BadArgument
+from producer_tools.cli import BadArgument, ClusterFault
 
 #: Fields of an event that are expectations for checking: the manifest takes them, the record does not carry them.
 EXPECTATION_FIELDS = ("true_label", "expected_label", "expected_probability")
@@ -37,7 +37,7 @@ Event = dict[str, Any]
 Encoder = Callable[[Event], bytes]
 
 
-class RegistryUnavailable(RuntimeError):
+class RegistryUnavailable(ClusterFault, RuntimeError):
     """The schema registry could not be reached or refused a request; the message names the URL and the error."""
 
 

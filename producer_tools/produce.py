@@ -49,7 +49,7 @@ from tqdm import tqdm
 from consumer.answers.headers import CORRELATION_HEADER
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
-from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, quiet_client_logs, refuse, unreachable
 from producer_tools.events import (
     EXPECTATION_FIELDS,
     Encoder,
@@ -67,6 +67,8 @@ from producer_tools.poison import catalogue
 from producer_tools.security import Security, add_security, security_of
 from producer_tools.topics import TopicMissingError, require_topic
 
+#: The name a line the tool says on stderr starts with.
+TOOL = "streaminfer-produce"
 DEFAULT_HELDOUT = Path(__file__).resolve().parent.parent / "models" / "digits" / "artifacts" / "heldout.npz"
 #: ``--format``: Open Inference Protocol requests, or domain events as JSON objects or registry-framed Avro.
 FORMATS = ("oip", "json", "avro")
@@ -509,14 +511,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         security = security_of(args, os.environ).kwargs()
         records = build_records(args)
     except BadArgument as exc:
-        print(f"streaminfer-produce: {exc}", file=sys.stderr)
-        return 2
+        return refuse(TOOL, exc)
     except RegistryUnavailable as exc:
-        print(f"streaminfer-produce: {exc}; nothing sent", file=sys.stderr)
-        return 1
+        return refuse(TOOL, exc, f"{exc}; nothing sent")
     except (OSError, ValueError) as exc:  # a missing or malformed source file
-        print(f"streaminfer-produce: --source {args.source}: {exc}", file=sys.stderr)
-        return 2
+        return refuse(TOOL, exc, f"--source {args.source}: {exc}")
     acked = 0
     manifest = args.manifest.open("wb") if args.manifest else None
 
@@ -540,15 +539,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     except KafkaError as exc:
-        print(
-            f"streaminfer-produce: {kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers}); "
-            f"{acked} of {len(records)} records acknowledged" + (f", listed in {args.manifest}" if manifest else ""),
-            file=sys.stderr,
-        )
-        return 1
+        listed = f", listed in {args.manifest}" if manifest else ""
+        done = f"{acked} of {len(records)} records acknowledged{listed}"
+        return refuse(TOOL, exc, f"{unreachable(exc, args.bootstrap_servers)}; {done}")
     except TopicMissingError as exc:
-        print(f"streaminfer-produce: --topic: {exc}", file=sys.stderr)
-        return 2
+        return refuse(TOOL, exc, f"--topic: {exc}")
     finally:
         if manifest is not None:
             manifest.close()

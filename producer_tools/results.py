@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from consumer.answers.headers import CORRELATION_HEADER
 from consumer.answers.records import REASON_HEADER, REQUEST_TIMESTAMP_HEADER, TIMESTAMP_HEADER
-from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, kafka_error_text, quiet_client_logs
+from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, quiet_client_logs, refuse, unreachable
 from producer_tools.events import RegistryUnavailable
 from producer_tools.readers import (
     DEFAULT_SCORE_TOLERANCE,
@@ -59,6 +59,8 @@ from producer_tools.readers import (
 )
 from producer_tools.security import Security, add_security, security_of
 
+#: The name a line the tool says on stderr starts with.
+TOOL = "streaminfer-results"
 #: ``--format``: what a result's value holds (an OIP response, or an enriched event as JSON or registry Avro).
 FORMATS = ("oip", "json", "avro")
 #: Flags of ``--format json|avro`` only (dest, flag).
@@ -506,14 +508,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         expected = read_manifest(args.manifest)
     except (OSError, ValueError) as exc:  # missing, unreadable or not JSON lines
-        print(f"streaminfer-results: --manifest {args.manifest}: {exc}", file=sys.stderr)
-        return 2
+        return refuse(TOOL, exc, f"--manifest {args.manifest}: {exc}")
     try:
         security = security_of(args, os.environ).kwargs()
         reader = reader_of(args, os.environ)
     except BadArgument as exc:
-        print(f"streaminfer-results: {exc}", file=sys.stderr)
-        return 2
+        return refuse(TOOL, exc)
     try:
         report = asyncio.run(
             collect(
@@ -530,14 +530,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     except KafkaError as exc:
-        print(
-            f"streaminfer-results: {kafka_error_text(exc)} (bootstrap_servers={args.bootstrap_servers})",
-            file=sys.stderr,
-        )
-        return 1
+        return refuse(TOOL, exc, unreachable(exc, args.bootstrap_servers))
     except RegistryUnavailable as exc:
-        print(f"streaminfer-results: {exc} (--schema-registry-url)", file=sys.stderr)
-        return 1
+        return refuse(TOOL, exc, f"{exc} (--schema-registry-url)")
     print_report(report, show=args.show, sources=expected)
     if isinstance(reader, EventResults):  # accuracy=0 after a mapping renamed the outputs: say where to look
         events = [a.event for a in report.answers.values() if a.event is not None]

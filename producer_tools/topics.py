@@ -9,12 +9,13 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
 
+from producer_tools.cli import UserFault
 from producer_tools.security import Security
 
 log = logging.getLogger(__name__)
 
 
-class TopicMissingError(Exception):
+class TopicMissingError(UserFault):
     """A tool was asked to write to a topic that does not exist on the cluster."""
 
 

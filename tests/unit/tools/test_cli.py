@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 
-from producer_tools import dlq, fuse, produce, results
+from producer_tools import cli, dlq, fuse, produce, results
+from producer_tools.events import RegistryUnavailable
+from producer_tools.topics import TopicMissingError
 
 Main = Callable[[Sequence[str] | None], int]
 
@@ -48,3 +51,31 @@ def test_a_bad_value_of_a_real_flag_names_it_without_a_guess(capsys: pytest.Capt
     with pytest.raises(SystemExit):
         produce.main(["--rate", "0"])
     assert capsys.readouterr().err == "streaminfer-produce: --rate must be > 0; --help lists every flag\n"
+
+
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [
+        (cli.BadArgument("--limit must be >= 1"), cli.USER),
+        (TopicMissingError("topic requests does not exist"), cli.USER),
+        (FileNotFoundError("no such file"), cli.USER),
+        (ValueError("not JSON"), cli.USER),
+        (KafkaConnectionError("no broker"), cli.CLUSTER),
+        (RegistryUnavailable("http://registry: 503"), cli.CLUSTER),
+    ],
+)
+def test_a_failure_is_the_users_2_or_the_clusters_1(
+    exc: BaseException, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.refuse("streaminfer-x", exc) == code
+    assert capsys.readouterr().err == f"streaminfer-x: {exc}\n"
+
+
+def test_a_failure_of_neither_kind_has_no_exit_code() -> None:
+    with pytest.raises(TypeError, match="no exit code"):
+        cli.exit_code(RuntimeError("a bug"))
+
+
+def test_an_unreachable_broker_is_named_once() -> None:
+    line = cli.unreachable(KafkaConnectionError("Unable to bootstrap"), "127.0.0.1:1")
+    assert line == "KafkaConnectionError: Unable to bootstrap (bootstrap_servers=127.0.0.1:1)"
