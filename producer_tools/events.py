@@ -27,6 +27,7 @@ from fastavro import parse_schema
 from fastavro.schema import SchemaParseException
 from fastavro.validation import ValidationError, validate
 
+from consumer.json_object import json_object
 from producer_tools.cli import BadArgument, ClusterFault
 
 #: Fields of an event that are expectations for checking: the manifest takes them, the record does not carry them.
@@ -55,14 +56,21 @@ def read_events(path: Path, limit: int | None = None) -> list[Event]:
                 break
             if not line.strip():
                 continue
-            try:
-                body = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise ValueError(f"line {number}: not JSON ({exc})") from None
-            if not isinstance(body, dict):
-                raise ValueError(f"line {number}: not a JSON object")
-            events.append(body)
+            events.append(_line_event(line, number))
     return events
+
+
+def _line_event(line: bytes, number: int) -> Event:
+    """Line ``number`` (1-based) of an events file, an event.
+
+    Raises:
+        ValueError: the line is not JSON, or not an object.
+    """
+    return json_object(
+        line,
+        lambda text: ValueError(f"line {number}: not JSON ({text})"),
+        lambda _kind: ValueError(f"line {number}: not a JSON object"),
+    )
 
 
 def field_at(event: Event, path: str) -> Any:

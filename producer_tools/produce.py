@@ -47,6 +47,7 @@ from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
 from consumer.answers.headers import CORRELATION_HEADER
+from consumer.json_object import json_object
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
 from producer_tools.cli import BadArgument, ToolParser, add_bootstrap, quiet_client_logs, refuse, unreachable
@@ -141,6 +142,15 @@ def digits_requests(run_id: str, heldout: Path = DEFAULT_HELDOUT, limit: int | N
         yield Outgoing(cid, encode_request(cid, {"input": x[i : i + 1]}), label=int(y[i]))
 
 
+def _line_body(line: bytes, where: str) -> dict[str, Any]:
+    """A requests file's line (``where``: ``path:line``), a JSON object.
+
+    Raises:
+        ValueError: the line is not JSON (orjson's message), or not an object.
+    """
+    return json_object(line, ValueError, lambda _kind: ValueError(f"{where}: not a JSON object"))
+
+
 def jsonl_requests(run_id: str, path: Path, limit: int | None = None) -> Iterator[Outgoing]:
     """One request per line of an OIP JSONL file; lines are sent as they are, an ``id`` is added if absent.
 
@@ -151,9 +161,7 @@ def jsonl_requests(run_id: str, path: Path, limit: int | None = None) -> Iterato
         for i, line in enumerate(fh):
             if limit is not None and i >= limit:
                 return
-            body = orjson.loads(line)
-            if not isinstance(body, dict):
-                raise ValueError(f"{path}:{i + 1}: not a JSON object")
+            body = _line_body(line, f"{path}:{i + 1}")
             cid = body.get("id") or f"{run_id}-{i:06d}"
             body.setdefault("id", cid)
             yield Outgoing(str(cid), orjson.dumps(body))

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx2  # the HTTP client of confluent-kafka's registry client
-import orjson
 from confluent_kafka.schema_registry import AsyncSchemaRegistryClient, topic_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AsyncAvroDeserializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
+from consumer.json_object import json_object
 from consumer.oip.client import decode_response
 from consumer.oip.proto import PROTO_RESPONSE, SELDON_TYPE_HEADER, parse_response
 from consumer.oip.wire import BINARY_HEADER
@@ -202,13 +202,9 @@ async def json_event(value: bytes, topic: str) -> dict[str, Any]:
     """
     if value[:1] == b"\x00" and len(value) > 5:
         value = value[5:]
-    try:
-        event = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc})") from None
-    if not isinstance(event, dict):
-        raise ValueError(f"a JSON {type(event).__name__}, not an object")
-    return event
+    return json_object(
+        value, lambda text: ValueError(f"not JSON ({text})"), lambda kind: ValueError(f"a JSON {kind}, not an object")
+    )
 
 
 def avro_events(client: Any) -> EventDecode:

@@ -21,12 +21,11 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any, Final, Literal
 
-import orjson
-
 from consumer.errors import DeadLetterReason, DecodeError, RecordError, ValidationError
 from consumer.events import avro
 from consumer.events.mapping import InputMapping
 from consumer.events.registry import Idle, Schemas, schema_ids
+from consumer.json_object import record_json
 from consumer.work import DecodedRequest, Event, Limits
 
 
@@ -163,9 +162,6 @@ class EventDecoder:
 def _json(value: bytes | memoryview) -> dict[str, Any] | RecordError:
     """The event of a JSON value (a registry's JSON Schema frame already left out)."""
     try:
-        decoded = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        return DecodeError(DeadLetterReason.INVALID_JSON, f"value is not valid JSON: {exc}")
-    if type(decoded) is not dict:
-        return DecodeError(DeadLetterReason.NOT_AN_OBJECT, f"value is a JSON {type(decoded).__name__}, not an object")
-    return decoded
+        return record_json(value)
+    except DecodeError as err:
+        return err

@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import orjson
 
 from consumer.errors import ConfigError, ModelError, RecordError, ValidationError
 from consumer.errors import DeadLetterReason as R
+from consumer.json_object import json_object
 from consumer.schema import Layout, Preprocessing
 
 if TYPE_CHECKING:
@@ -88,12 +88,9 @@ def preprocessing(
         return None
     where = "image_preprocessing" if override is not None else f"model metadata {METADATA_KEY!r}"
     error = ConfigError if override is not None else ModelError
-    try:
-        declared = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise error(f"{where} is not JSON: {exc}") from None
-    if not isinstance(declared, dict):
-        raise error(f"{where} must be a JSON object")
+    declared = json_object(
+        raw, lambda text: error(f"{where} is not JSON: {text}"), lambda _kind: error(f"{where} must be a JSON object")
+    )
     unknown = sorted(set(declared) - _KEYS)
     if unknown:
         raise error(f"{where}: unknown key {unknown[0]!r}; known: {sorted(_KEYS)}")

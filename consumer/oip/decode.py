@@ -32,10 +32,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import DecodeError, RecordError, ValidationError
+from consumer.json_object import record_json
 from consumer.oip.forms import Form, RecordForm, classify
 from consumer.oip.images import check_pixels, image_elements
 from consumer.oip.proto import to_binary
@@ -103,12 +103,7 @@ def decode_request(
             raise DecodeError(R.INVALID_REQUEST, f"{BINARY_HEADER} {json_length} exceeds the value ({len(value)} B)")
         binary = memoryview(value)[json_length:]
         value = value[:json_length]
-    try:
-        body = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError(R.INVALID_JSON, f"value is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise DecodeError(R.NOT_AN_OBJECT, f"value is a JSON {type(body).__name__}, not an object")
+    body = record_json(value)
 
     request_id = body.get("id")
     if request_id is not None and not isinstance(request_id, str):
