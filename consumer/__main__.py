@@ -41,7 +41,7 @@ from consumer.ops.health import HealthChecks, serve
 from consumer.ops.logs import setup_logging
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing, from_environment
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from consumer.work import Limits
 
 log = logging.getLogger("consumer")

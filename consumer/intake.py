@@ -35,7 +35,7 @@ from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
 from consumer.oip.chunk import decode_chunk
 from consumer.ops.metrics import Metrics
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from consumer.work import DecodedRequest, Limits, UndecodableRecord, Work
 
 log = logging.getLogger(__name__)

@@ -50,7 +50,7 @@ from consumer.model.sequence import TextEncoder
 from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
 from consumer.ops.metrics import Metrics
-from consumer.schema import NUMPY_TO_OIP, OIP_TO_NUMPY, ModelSignature
+from consumer.signature import NUMPY_TO_OIP, OIP_TO_NUMPY, ModelSignature
 from consumer.work import Limits
 from producer_tools.topics import TopicMissingError, partitions_of
 

@@ -26,7 +26,7 @@ from consumer.errors import DeadLetterReason, InferenceError, RecordError
 from consumer.events import avro
 from consumer.events.mapping import InputMapping
 from consumer.events.registry import Schemas
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from consumer.work import Work
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY

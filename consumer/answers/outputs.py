@@ -21,7 +21,7 @@ from consumer.errors import DeadLetterReason, InferenceError, RecordError
 from consumer.model.runner import split
 from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
 from consumer.oip.proto import response as proto_response
-from consumer.schema import ModelSignature, floating
+from consumer.signature import ModelSignature, floating
 from consumer.work import DecodedRequest, Work
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from consumer.errors import DeadLetterReason, RecordError, ValidationError
 from consumer.events.mapping import REQUIRED, InputMapping
-from consumer.schema import TensorSpec
+from consumer.signature import TensorSpec
 
 #: The registry wire format's first byte.
 MAGIC = 0

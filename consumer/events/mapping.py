@@ -49,7 +49,7 @@ import numpy as np
 import yaml
 
 from consumer.errors import DeadLetterReason, ModelError, RecordError, ValidationError
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 
 #: The types a JSON or Avro number decodes to (a boolean is neither).
 _NUMBER_TYPES = frozenset({int, float})

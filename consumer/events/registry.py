@@ -39,7 +39,7 @@ from consumer.config import Settings
 from consumer.errors import ConfigError, DeadLetterReason, ModelError, RecordError, ValidationError
 from consumer.events import avro
 from consumer.events.mapping import InputMapping
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.timeouts import Backoff
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ Served (see docs/models.md, "Bring your own model"):
 
 - **inputs**: tensors of every OIP datatype but BF16 (``tensor(string)`` as BYTES), each with a batch axis: axis 0
   dynamic (a symbolic or unknown dimension), or fixed at the same N on every input (a *static batch*: ONNX Runtime
-  then runs N rows at a time, see :attr:`~consumer.schema.ModelSignature.static_batch`);
+  then runs N rows at a time, see :attr:`~consumer.signature.ModelSignature.static_batch`);
 - **outputs**: tensors of every OIP datatype, BF16 included (ONNX Runtime's Python binding has no numpy type for
   bfloat16, so such a model is run through ``OrtValue`` and its bytes read as ``ml_dtypes.bfloat16``), with or
   without a batch axis; and ZipMap outputs (``seq(map(string|int64, tensor(float)))``, skl2onnx's default for a
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from consumer.errors import ModelError
-from consumer.schema import BF16, ORT_TO_NUMPY, TensorSpec
+from consumer.signature import BF16, ORT_TO_NUMPY, TensorSpec
 
 #: How to give a model a dynamic batch axis, per exporter.
 FIX_BATCH_AXIS = (

@@ -33,7 +33,7 @@ import numpy as np
 
 from consumer.errors import ModelError
 from consumer.model.compat import FIX_OUTPUT_TYPE, OutputReader, blank
-from consumer.schema import ModelSignature, TensorSpec, floating
+from consumer.signature import ModelSignature, TensorSpec, floating
 
 #: Encodes one output of a 1-row run as an answer would carry it: (signature, output name, array); raises KeyError,
 #: TypeError or ValueError when it cannot.

@@ -24,7 +24,7 @@ from consumer.model.compat import OutputReader, blank
 from consumer.model.probe import OutputEncoder, graph_constants, probe, rows_from
 from consumer.model.sequence import length_buckets
 from consumer.model.session import CPU, SessionOptions, open_session
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 
 log = logging.getLogger(__name__)
 

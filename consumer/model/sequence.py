@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 
 from consumer.errors import ModelError
-from consumer.schema import ModelSignature, SequenceSpec
+from consumer.signature import ModelSignature, SequenceSpec
 
 IDS = "input_ids"
 MASK = "attention_mask"

@@ -18,7 +18,7 @@ from consumer.errors import ModelError
 from consumer.model.compat import FIX_EXTERNAL_DATA, input_spec, is_zipmap, load_fix, output_spec, static_batch
 from consumer.model.sequence import GPU_BUCKETS, detect, input_ranges
 from consumer.model.vision import preprocessing
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 
 if TYPE_CHECKING:
     from consumer.config import Settings

@@ -52,12 +52,12 @@ import numpy as np
 from consumer.errors import ConfigError, ModelError, RecordError, ValidationError
 from consumer.errors import DeadLetterReason as R
 from consumer.json_object import json_object
-from consumer.schema import Layout, Preprocessing
+from consumer.signature import Layout, Preprocessing
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage
 
-    from consumer.schema import ModelSignature
+    from consumer.signature import ModelSignature
 
 #: ONNX metadata key holding the preprocessing declaration (JSON).
 METADATA_KEY = "streaminfer.image"

@@ -37,7 +37,7 @@ from consumer.oip.decode import decode_form, requested_outputs
 from consumer.oip.forms import JSON_FORM, RecordForm, classify
 from consumer.oip.validate import check_declaration, check_ranges, check_values
 from consumer.oip.wire import Headers
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 
 if TYPE_CHECKING:

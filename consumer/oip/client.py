@@ -11,7 +11,7 @@ import orjson
 
 from consumer.oip.encode import tensor_entry
 from consumer.oip.wire import le_bytes
-from consumer.schema import OIP_TO_NUMPY
+from consumer.signature import OIP_TO_NUMPY
 
 RequestInputs = Mapping[str, "np.ndarray | list[str] | list[bytes]"]
 

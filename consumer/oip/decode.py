@@ -51,7 +51,7 @@ from consumer.oip.validate import (
     split_bytes,
 )
 from consumer.oip.wire import BINARY_HEADER, Headers
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 
 if TYPE_CHECKING:

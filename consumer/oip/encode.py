@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from consumer.oip.wire import le_bytes
-from consumer.schema import BF16, NUMPY_TO_OIP, ModelSignature, TensorSpec
+from consumer.signature import BF16, NUMPY_TO_OIP, ModelSignature, TensorSpec
 
 Outputs = Sequence[tuple[str, np.ndarray]]
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import ValidationError
-from consumer.schema import NUMPY_TO_OIP, OIP_TO_NUMPY, ModelSignature, TensorSpec
+from consumer.signature import NUMPY_TO_OIP, OIP_TO_NUMPY, ModelSignature, TensorSpec
 
 
 def check_rows(name: str, rows: int, max_record_rows: int) -> int:

@@ -56,7 +56,7 @@ sys.path.insert(
 )  # consumer.model.vision and producer_tools.fuse from this checkout (the export venv's copy may be older)
 
 from consumer.model.vision import ImageEncoder, preprocessing  # noqa: E402
-from consumer.schema import ModelSignature, TensorSpec  # noqa: E402
+from consumer.signature import ModelSignature, TensorSpec  # noqa: E402
 from harness.exports import build_key, export_cli, write_record  # noqa: E402
 from producer_tools.fuse import TOLERANCE as FUSED_TOLERANCE  # noqa: E402
 from producer_tools.fuse import fuse  # noqa: E402

@@ -17,7 +17,7 @@ import pytest
 
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
-from consumer.schema import BF16, OIP_TO_NUMPY
+from consumer.signature import BF16, OIP_TO_NUMPY
 from harness.process import consumer_argv
 from producer_tools.produce import Outgoing, send_all
 from tests.integration.conftest import AppFactory, answers

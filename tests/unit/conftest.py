@@ -8,7 +8,7 @@ import aiokafka
 import numpy as np
 import pytest
 
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from tests.unit.fakes import FakeClock
 
 __all__ = ["FakeClock"]

@@ -27,7 +27,7 @@ from aiokafka.errors import ProducerFenced
 from aiokafka.structs import ConsumerRecord
 
 from consumer.model.runner import OnnxRunner
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 
 
 class FakeClock:

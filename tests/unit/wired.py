@@ -19,7 +19,7 @@ from consumer.config import Settings
 from consumer.oip.client import encode_request
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClients, FakeClock, FakeCluster, FakeSession, Written, fake_runner
 
 REQUESTS, RESULTS, DLQ = "requests", "results", "dlq"

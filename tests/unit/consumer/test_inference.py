@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from consumer.answers.outputs import non_finite
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock
 from tests.unit.wired import INFERENCE_OOM, Wired, digits_value, in_offset_order, per_destination
 

@@ -15,7 +15,7 @@ from consumer.errors import DeadLetterReason, DecodeError
 from consumer.intake import Intake
 from consumer.offsets import OffsetTracker
 from consumer.ops.metrics import Metrics
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from consumer.work import Limits
 from tests.unit.fakes import record
 

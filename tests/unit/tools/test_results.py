@@ -17,7 +17,7 @@ from confluent_kafka.schema_registry.avro import AsyncAvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from consumer.oip.encode import encode_response
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from producer_tools.cli import BadArgument
 from producer_tools.events import RegistryUnavailable
 from producer_tools.produce import Outgoing

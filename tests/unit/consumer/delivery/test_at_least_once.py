@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock
 from tests.unit.wired import Wired, digits_value, source_of
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock
 from tests.unit.wired import Wired, digits_value, source_of
 

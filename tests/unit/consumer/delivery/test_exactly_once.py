@@ -10,7 +10,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError, RecordTooLargeError
 
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock, FakeProducer, Written
 from tests.unit.wired import RESULTS, Wired, digits_value, source_of
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from aiokafka.errors import KafkaTimeoutError, OutOfOrderSequenceNumber, RecordTooLargeError
 
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock, Written
 from tests.unit.wired import INFERENCE_OOM, RESULTS, Wired, digits_value, in_offset_order, per_destination, source_of
 

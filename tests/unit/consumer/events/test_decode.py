@@ -16,7 +16,7 @@ from consumer.events.avro import frame
 from consumer.events.decode import TOMBSTONE, EventDecoder
 from consumer.events.mapping import load_mapping
 from consumer.events.registry import Schemas
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.timeouts import Backoff
 from consumer.work import DecodedRequest, Limits
 from tests.unit.consumer.events.fakes import PAYMENT, FlakyRegistry, InstantClock

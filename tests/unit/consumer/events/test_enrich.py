@@ -20,7 +20,7 @@ from consumer.events.avro import output_type, split_frame
 from consumer.events.mapping import load_mapping
 from consumer.events.registry import Schemas
 from consumer.offsets import PartitionOffsets
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.timeouts import Backoff
 from consumer.work import DecodedRequest, Event, Work
 from tests.unit.consumer.events.fakes import PAYMENT, FlakyRegistry, InstantClock

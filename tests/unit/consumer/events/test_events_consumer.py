@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock
 from tests.unit.wired import Wired, in_offset_order, per_destination, source_of
 

@@ -13,7 +13,7 @@ import pytest
 from consumer.errors import DeadLetterReason as R
 from consumer.errors import ModelError
 from consumer.events.mapping import InputMapping, load_mapping
-from consumer.schema import ModelSignature, SequenceSpec, TensorSpec
+from consumer.signature import ModelSignature, SequenceSpec, TensorSpec
 
 F32, I64, I32, OBJ, B = np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.int32), np.dtype(object), np.dtype(bool)
 

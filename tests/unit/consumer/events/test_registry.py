@@ -15,7 +15,7 @@ from consumer.errors import ConfigError, ModelError
 from consumer.errors import DeadLetterReason as R
 from consumer.events.mapping import InputMapping, load_mapping
 from consumer.events.registry import UNKNOWN_TTL_S, Schemas
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.timeouts import Backoff
 from tests.unit.consumer.events.fakes import PAYMENT, FlakyRegistry, InstantClock
 

@@ -15,7 +15,7 @@ from confluent_kafka.schema_registry import AsyncSchemaRegistryClient
 from consumer.errors import ConfigError
 from consumer.events.mapping import load_mapping
 from consumer.events.registry import Schemas
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.timeouts import Backoff
 from tests.unit.consumer.events.fakes import InstantClock
 

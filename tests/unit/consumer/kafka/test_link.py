@@ -13,7 +13,7 @@ from aiokafka.errors import KafkaConnectionError
 from prometheus_client import CollectorRegistry, Gauge
 
 from consumer.kafka.link import BrokerLink
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock
 from tests.unit.wired import Wired
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock
 from tests.unit.wired import Wired, digits_value
 

@@ -31,7 +31,7 @@ from consumer.intake import Intake
 from consumer.kafka.unpack import BatchCorrupt, BatchTooLarge, Dropped, capped_codecs, install
 from consumer.offsets import OffsetTracker
 from consumer.ops.metrics import Metrics
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from consumer.work import Limits
 from tests.unit.fakes import record
 

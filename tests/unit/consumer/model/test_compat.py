@@ -17,7 +17,7 @@ from consumer.model.runner import OnnxRunner, batch_axis, split, warmup_plan
 from consumer.oip.chunk import decode_chunk
 from consumer.oip.decode import decode_request
 from consumer.oip.encode import check_output
-from consumer.schema import BF16, ModelSignature, TensorSpec
+from consumer.signature import BF16, ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 
 LIMITS = Limits()

@@ -6,7 +6,7 @@ import pytest
 from consumer.errors import DeadLetterReason, InferenceError, transient_reason
 from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner, split
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from consumer.timeouts import Backoff
 
 

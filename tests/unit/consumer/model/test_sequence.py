@@ -30,7 +30,7 @@ from consumer.oip.encode import encode_response, encode_response_binary
 from consumer.oip.forms import Form, RecordForm, classify
 from consumer.oip.wire import BINARY_HEADER
 from consumer.ops.metrics import Metrics
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import Limits
 from tests.unit.fakes import FakeSession
 

@@ -18,7 +18,7 @@ from consumer.model.vision import ImageEncoder, Preprocessing, cpus_given, prepr
 from consumer.oip.chunk import decode_chunk
 from consumer.oip.client import encode_request, encode_request_binary
 from consumer.oip.wire import BINARY_HEADER
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 from tests.image_model import DECLARED, RESIZE, SIZE, corruptions, encoded, jpeg, png
 

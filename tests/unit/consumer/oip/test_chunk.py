@@ -15,7 +15,7 @@ from consumer.oip.chunk import decode_chunk
 from consumer.oip.client import encode_request_binary
 from consumer.oip.decode import decode_one
 from consumer.oip.wire import BINARY_HEADER
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 from producer_tools.poison import catalogue
 

@@ -12,7 +12,7 @@ from consumer.errors import RecordError
 from consumer.oip.client import decode_response, encode_request
 from consumer.oip.decode import decode_request
 from consumer.oip.encode import encode_response
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 from producer_tools.poison import catalogue
 

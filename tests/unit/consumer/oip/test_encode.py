@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from consumer.oip.encode import BatchEncoder, encode_response, encode_response_binary
-from consumer.schema import BF16, ModelSignature, TensorSpec
+from consumer.signature import BF16, ModelSignature, TensorSpec
 
 SIGNATURE = ModelSignature(name='odd"name%s', version="1", inputs=(), outputs=())
 

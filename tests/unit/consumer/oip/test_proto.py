@@ -19,7 +19,7 @@ from consumer.oip.chunk import decode_chunk
 from consumer.oip.client import decode_response
 from consumer.oip.decode import decode_one
 from consumer.oip.encode import encode_response, encode_response_binary
-from consumer.schema import ModelSignature, TensorSpec
+from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
 
 LIMITS = Limits()

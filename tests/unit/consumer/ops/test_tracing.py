@@ -13,7 +13,7 @@ from opentelemetry.trace import SpanKind
 
 from consumer.errors import ConfigError
 from consumer.ops.tracing import Tracing, from_environment, wanted
-from consumer.schema import ModelSignature
+from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock
 from tests.unit.wired import Wired, digits_value
 

@@ -1,4 +1,5 @@
-"""The model's tensor schema and the Open Inference Protocol (KServe V2) datatype table.
+"""The model's signature (its inputs' and outputs' tensor specs) and the Open Inference Protocol (KServe V2) datatype
+table.
 
 OIP datatypes are the strings of the KServe V2 "Tensor Data Types" table
 (https://kserve.github.io/website/latest/modelserving/data_plane/v2_protocol/), plus ``BF16`` as Triton names it.
