@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.cluster import REPO, bin_dir, node
+from harness.cluster import REPO, bin_dir, kubeconfig, node
 
 pytestmark = pytest.mark.cluster
 OVERLAYS = ("cpu", "gpu", "cpu-hpa")
@@ -37,7 +37,7 @@ def kubectl() -> Kubectl:
 
     def run(*args: str, input: str | None = None, check: bool = True, timeout_s: float = 180) -> Any:
         return subprocess.run(
-            [str(bin_dir() / "kubectl"), f"--kubeconfig={node.kubeconfig()}", *args],
+            [str(bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig()}", *args],
             input=input,
             capture_output=True,
             text=True,

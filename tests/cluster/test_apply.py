@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
+from harness.cluster import node
 from tests.cluster.conftest import OVERLAYS, Kubectl, events, in_namespace, render
 
 pytestmark = pytest.mark.cluster
@@ -48,16 +49,12 @@ def test_the_server_accepts_every_object_of_the_overlay(
     assert replicas == "1"
 
 
-def test_the_gpu_overlay_asks_for_a_gpu_the_node_does_not_have(
-    whole_cluster: Kubectl, namespace: Callable[[str], str]
-) -> None:
-    """Accepted by the server, never scheduled here: the pod waits Pending naming the missing nvidia.com/gpu."""
-    kubectl = whole_cluster
-    ns = namespace("gpu-sched")
-    kubectl("apply", "--server-side", "-f", "-", input=in_namespace(render("gpu", kubectl), ns))
+def _unschedulable(kubectl: Kubectl, ns: str, wanted: str, timeout_s: float = 60) -> str:
+    """The scheduler's message on the namespace's pods once it names ``wanted`` (or the last one after
+    ``timeout_s``)."""
     message = ""
-    deadline = time.monotonic() + 60
-    while "nvidia.com/gpu" not in message and time.monotonic() < deadline:
+    deadline = time.monotonic() + timeout_s
+    while wanted not in message and time.monotonic() < deadline:
         time.sleep(0.5)  # the Deployment and ReplicaSet controllers make the pod, the scheduler marks it
         pods = json.loads(kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
         message = " ".join(
@@ -66,7 +63,27 @@ def test_the_gpu_overlay_asks_for_a_gpu_the_node_does_not_have(
             for c in p["status"].get("conditions", [])
             if c["type"] == "PodScheduled" and c["status"] == "False"
         )
-    assert "nvidia.com/gpu" in message, events(kubectl, ns)
+    return message
+
+
+def test_the_gpu_overlay_asks_for_a_gpu_the_node_does_not_have(
+    whole_cluster: Kubectl, namespace: Callable[[str], str]
+) -> None:
+    """Accepted by the server, never scheduled here: the pod waits Pending, first for a node labelled by GPU Feature
+    Discovery (the overlay's nodeSelector), and on a node so labelled for the nvidia.com/gpu it does not have (the
+    scheduler names the first filter that fails)."""
+    kubectl = whole_cluster
+    ns = namespace("gpu-sched")
+    kubectl("apply", "--server-side", "-f", "-", input=in_namespace(render("gpu", kubectl), ns))
+    message = _unschedulable(kubectl, ns, "didn't match Pod's node affinity/selector")
+    assert "didn't match Pod's node affinity/selector" in message, events(kubectl, ns)
+    label = "nvidia.com/gpu.present"
+    kubectl("label", "node", node.NODE_NAME, f"{label}=true")
+    try:
+        message = _unschedulable(kubectl, ns, "Insufficient nvidia.com/gpu")
+    finally:
+        kubectl("label", "node", node.NODE_NAME, f"{label}-")
+    assert "Insufficient nvidia.com/gpu" in message, events(kubectl, ns)
 
 
 def _rejected(kubectl: Kubectl, ns: str, doc: dict[str, object]) -> str:
