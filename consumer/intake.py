@@ -101,7 +101,7 @@ class Intake:
             fetched: records per partition, each partition's in offset order.
             tracker: every record is tracked in its partition's offsets (in fetch order) before it is returned.
             idle: Avro events: how to wait while the schema registry does not answer (the delivery mode's
-                :meth:`consumer.kafka.source.Source.hold`); default: sleep.
+                :meth:`consumer.kafka.source.Source.idle`); default: sleep.
 
         Returns:
             One work item per record, partition by partition in fetch order: a request, or the error that

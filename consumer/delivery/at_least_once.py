@@ -157,7 +157,7 @@ class AtLeastOnce:
             asked = held.room(s.fetch_max_records)
             fetched = await st.source.fetch(asked, wait=not full)
             if fetched:
-                self._ingest(await st.intake.decode(fetched, st.tracker, st.source.hold))
+                self._ingest(await st.intake.decode(fetched, st.tracker, st.source.idle))
                 if s.flush_when_caught_up and st.source.caught_up(fetched, asked):
                     self.batcher.release()  # nothing more is on the broker: waiting could only add latency
             st.source.update_lag()

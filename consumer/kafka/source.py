@@ -165,7 +165,7 @@ class Source:
                 self._progress.mark()
         return fetched
 
-    async def hold(self, seconds: float) -> None:
+    async def idle(self, seconds: float) -> None:
         """Wait about ``seconds`` while fetched records are held (for the schema registry), the group membership kept:
         every assigned partition is paused and the client polled (so ``max_poll_interval_ms`` does not pass), then
         the partitions this call paused are resumed. Records a rebalance let through meanwhile are sought back to."""
