@@ -74,7 +74,7 @@ class Intake:
         self._text = text
         self.images = images
         self._metrics = metrics
-        self._stage = metrics.stage_seconds.labels("decode")
+        self._decode_seconds = metrics.stage_seconds.labels("decode")
         self._clock = clock
         self._decoder = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="streaminfer-decode")
@@ -153,7 +153,7 @@ class Intake:
                     append(Work(rec, tp, offsets, cid, None, outcome, 1, started))
             first += len(recs)
         elapsed = self._clock() - started
-        self._stage.inc(elapsed)
+        self._decode_seconds.inc(elapsed)
         self._metrics.preprocess_seconds.observe(elapsed / len(records), len(records))
         return works
 
