@@ -41,6 +41,7 @@ from consumer.ops.health import HealthChecks, serve
 from consumer.ops.logs import setup_logging
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing, from_environment
+from consumer.shadow.candidate import check_record as check_shadow_record
 from consumer.shadow.candidate import load_candidate
 from consumer.signature import ModelSignature
 from consumer.work import Limits
@@ -127,6 +128,11 @@ def _load_and_serve(
             log.error("%s", exc)
             return EXIT_CONFIG
         log.info("validation record %s", json.dumps(record_summary(record)))
+    try:
+        check_shadow_record(settings)  # as for validation_record: before any model is loaded
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return EXIT_CONFIG
     mapping = None
     try:
         runner = load_runner(settings)
@@ -140,7 +146,7 @@ def _load_and_serve(
         else:
             log.info("warming up at batch sizes %s, %d runs each", sizes, settings.warmup_runs)
         runner.warmup(sizes, settings.warmup_runs, lengths)
-        candidate = load_candidate(settings, runner, warmup_sample=_warmup_of(settings))
+        candidate = load_candidate(settings, runner, warmup_sample=_warmup_of(settings), checked=True)
     except ConfigError as exc:  # a setting the loaded model shows to be wrong (image_preprocessing)
         log.error("%s", exc)
         return EXIT_CONFIG

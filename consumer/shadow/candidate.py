@@ -13,6 +13,7 @@ A file ONNX Runtime cannot open or run is a :class:`~consumer.errors.ModelError`
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Mapping
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from consumer.config import Settings
 from consumer.errors import ConfigError
-from consumer.model.record import check_model, load_record
+from consumer.model.record import check_model, load_record, summary
 from consumer.model.runner import OnnxRunner, warmup_plan
 from consumer.model.session import SessionOptions
 from consumer.oip.encode import check_output
@@ -53,10 +54,27 @@ def check_inputs(serving: ModelSignature, candidate: ModelSignature) -> None:
             raise ConfigError(f"{where} has shape {list(spec.shape)}, the serving model's is {list(fed.shape)}")
 
 
+def check_record(settings: Settings) -> None:
+    """``shadow_model_path`` is the file ``shadow_validation_record`` describes (nothing to check when either is
+    unset); its summary is logged. Cheap: ``consumer.__main__`` runs it before any model is loaded.
+
+    Raises:
+        ConfigError: the record cannot be read, or the file's SHA-256 is not the record's (both hashes named).
+    """
+    path, record_path = settings.shadow_model_path, settings.shadow_validation_record
+    if path is None or record_path is None:
+        return
+    record = load_record(record_path, SETTINGS[1])
+    check_model(record, path, SETTINGS)
+    log.info("shadow validation record %s", json.dumps(summary(record)))
+
+
 def load_candidate(
     settings: Settings,
     serving: OnnxRunner,
     warmup_sample: Callable[[ModelSignature], Mapping[str, np.ndarray]] | None = None,
+    *,
+    checked: bool = False,
 ) -> OnnxRunner | None:
     """The candidate of ``shadow_model_path``, checked and warmed up; None when the setting is unset.
 
@@ -65,6 +83,7 @@ def load_candidate(
 
     Args:
         warmup_sample: as :meth:`consumer.model.runner.OnnxRunner.load` (the decoded ``warmup_request``).
+        checked: :func:`check_record` already ran (the hash is not computed twice).
 
     Raises:
         ConfigError: as the module docstring says.
@@ -73,9 +92,8 @@ def load_candidate(
     path = settings.shadow_model_path
     if path is None:
         return None
-    if settings.shadow_validation_record is not None:  # before loading: a wrong file is refused at once
-        record = load_record(settings.shadow_validation_record, SETTINGS[1])
-        check_model(record, path, SETTINGS)
+    if not checked:  # before loading: a wrong file is refused at once
+        check_record(settings)
     options = dataclasses.replace(SessionOptions.from_settings(settings), model_name=None, model_version=None)
     runner = OnnxRunner.load(path, options, warmup_sample=warmup_sample, answer_encoders=(check_output,))
     check_inputs(serving.signature, runner.signature)
