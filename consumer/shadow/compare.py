@@ -118,14 +118,22 @@ def compare(
             if name in plan.top1:
                 out.agreed[name] = 0
             continue
-        a = ours.reshape(rows, -1).astype(np.float64, copy=False)
-        b = theirs.reshape(rows, -1).astype(np.float64, copy=False)
+        a, b = ours.reshape(rows, -1), theirs.reshape(rows, -1)
         with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.abs(a - b)
-        both_nan = np.isnan(a) & np.isnan(b)
-        diff[np.isnan(diff) & ~both_nan] = np.inf  # NaN on one side, or inf - inf
-        diff[both_nan] = 0.0
+            diff = np.abs(a - b)  # in the outputs' own dtype (float32 mostly): one pass
+        if not np.isfinite(diff).all():  # rare: NaN or inf somewhere, read value by value in float64
+            diff = _nan_aware(a.astype(np.float64), b.astype(np.float64))
         out.diffs[name] = diff.max(axis=1) if diff.shape[1] else np.zeros(rows)
         if name in plan.top1:
             out.agreed[name] = int(np.count_nonzero(np.argmax(a, axis=1) == np.argmax(b, axis=1)))
     return out
+
+
+def _nan_aware(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``|a - b|`` where NaN on both sides is 0 and NaN on one side (or inf - inf of one sign) is ``inf``."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a - b)
+    both_nan = np.isnan(a) & np.isnan(b)
+    diff[np.isnan(diff) & ~both_nan] = np.inf
+    diff[both_nan] = 0.0
+    return diff

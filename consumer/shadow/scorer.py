@@ -192,9 +192,18 @@ class ShadowScorer:
             self._answer(part, outputs)
 
     def _feeds(self, part: Scored) -> tuple[dict[str, np.ndarray], int]:
-        """The candidate's inputs of ``part``, assembled as the serving model's were (stacked, or padded to the
-        batch's longest row for a sequence model)."""
+        """The candidate's inputs of ``part``, assembled as the serving model's were (a view of the decoded block,
+        stacked, or padded to the batch's longest row for a sequence model)."""
         requests = part.requests
+        first = requests[0]
+        block, stop = first.block, first.start
+        if block is not None:  # consecutive rows of one decoded block (never reused): a view, no copy
+            for r in requests:
+                if r.block is not block or r.start != stop:
+                    break
+                stop += r.rows
+            else:
+                return {name: block[name][first.start : stop] for name in self._names}, stop - first.start
         feeds: Mapping[str, np.ndarray]
         if len(requests) == 1:
             feeds, rows = requests[0].inputs, requests[0].rows

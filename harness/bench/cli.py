@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [stage_line(r) for r in result["runs"] if r["extra"].get("stage_us") and r["extra"].get("default")]
     for line in lines:
         print(line)
-    written = plots(result, args.out)
+    written = [] if args.only_shadow else plots(result, args.out)  # --only-shadow: no sweep to draw
     for path in written:
         print(f"wrote {path}")
     print(f"wrote {args.out / 'bench.json'}")
