@@ -132,7 +132,7 @@ def compare(
 def _nan_aware(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``|a - b|`` where NaN on both sides is 0 and NaN on one side (or inf - inf of one sign) is ``inf``."""
     with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(a - b)
+        diff: np.ndarray = np.abs(a - b)
     both_nan = np.isnan(a) & np.isnan(b)
     diff[np.isnan(diff) & ~both_nan] = np.inf
     diff[both_nan] = 0.0
