@@ -12,9 +12,9 @@ Request value (JSON, KServe V2 / Open Inference Protocol "inference request")::
 Every input's ``shape[0]`` is its number of rows (>= 1) and must agree across inputs; batching counts rows.
 
 Binary tensor data (:mod:`consumer.oip.wire`): an input with ``"parameters": {"binary_data_size": K}`` and no
-``data`` takes the next K bytes after the JSON part: ``prod(shape) * itemsize`` bytes, little-endian, row-major
-(BYTES elements each a 4-byte little-endian length then the bytes). A request with ``"parameters":
-{"binary_data_output": true}`` gets its response in the same form.
+``data`` takes the next K bytes after the JSON part (its *span* of the binary data): ``prod(shape) * itemsize``
+bytes, little-endian, row-major (BYTES elements each a 4-byte little-endian length then the bytes). A request
+with ``"parameters": {"binary_data_output": true}`` gets its response in the same form.
 
 Sequence models (:mod:`consumer.model.sequence`) take ``[rows, length]`` token ids, ``attention_mask`` and
 ``token_type_ids`` optional; with a tokenizer configured they also take text: one BYTES input (``text`` by
@@ -118,7 +118,7 @@ def decode_request(
     if not isinstance(raw_inputs, list):
         raise DecodeError(R.INVALID_REQUEST, "'inputs' must be a list")
     by_name: dict[str, dict[str, Any]] = {}
-    chunks: dict[str, memoryview] = {}
+    spans: dict[str, memoryview] = {}
     taken = 0
     for i, item in enumerate(raw_inputs):
         size = _check_input_fields(i, item, binary is not None)
@@ -129,13 +129,13 @@ def decode_request(
             assert binary is not None
             if taken + size > len(binary):
                 raise DecodeError(R.INVALID_REQUEST, f"inputs[{i}].binary_data_size runs past the value's end")
-            chunks[item["name"]] = binary[taken : taken + size]
+            spans[item["name"]] = binary[taken : taken + size]
             taken += size
     if binary is not None and taken != len(binary):
         raise DecodeError(R.INVALID_REQUEST, f"{len(binary) - taken} bytes of binary data belong to no input")
 
     if text is not None and set(by_name) == {text.input_name}:
-        arrays = _tokenize(by_name[text.input_name], chunks.get(text.input_name), text, limits)
+        arrays = _tokenize(by_name[text.input_name], spans.get(text.input_name), text, limits)
         return _sequence_request(request_id, arrays, outputs, signature, binary_output, limits)
     if (
         images is not None
@@ -144,14 +144,14 @@ def decode_request(
     ):  # images, unless the model has an input of that name and the request feeds it a tensor
         limit = min(limits.max_record_rows, images.max_images)
         item = by_name[images.input_name]
-        chunk = chunks.get(images.input_name)
+        span = spans.get(images.input_name)
         if item["datatype"] == "UINT8":  # decoded pixels: checked as any UINT8 tensor, after the pixel budget
             check_pixels(item["name"], item["shape"], limit, images.max_pixels)
             spec = TensorSpec(item["name"], np.dtype(np.uint8), (None, None, None, 3))
             bounded = Limits(limits.max_record_bytes, limit, limits.max_record_tokens)
-            pending = list(_to_array(spec, item, chunk, bounded, b"true" in value or b"false" in value))
+            pending = list(_to_array(spec, item, span, bounded, b"true" in value or b"false" in value))
         else:
-            pending = image_elements(item, chunk, limit)
+            pending = image_elements(item, span, limit)
         request = DecodedRequest(request_id, None, len(pending), outputs, binary_output=binary_output)
         request.pending = pending
         return request
@@ -177,7 +177,7 @@ def decode_request(
     for spec in signature.inputs:
         if spec.name not in by_name:
             continue
-        arr = _to_array(spec, by_name[spec.name], chunks.get(spec.name), limits, may_hold_booleans)
+        arr = _to_array(spec, by_name[spec.name], spans.get(spec.name), limits, may_hold_booleans)
         if rows is None:
             rows = arr.shape[0]
         elif arr.shape[0] != rows:
@@ -287,15 +287,15 @@ def _sequence_request(
 
 
 def _tokenize(
-    item: Mapping[str, Any], chunk: memoryview | None, text: TextEncoder, limits: Limits
+    item: Mapping[str, Any], span: memoryview | None, text: TextEncoder, limits: Limits
 ) -> dict[str, np.ndarray]:
     """A text input (BYTES ``[rows]`` or ``[rows, 1]``, one UTF-8 string per row) -> token id inputs."""
     name = item["name"]
     shape: list[int] = item["shape"]
     if item["datatype"] != "BYTES":
         raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: text must be BYTES, got {item['datatype']!r}")
-    rows, data = row_elements(item, chunk, "text", lambda n, r: check_rows(n, r, limits.max_record_rows))
-    if chunk is not None:
+    rows, data = row_elements(item, span, "text", lambda n, r: check_rows(n, r, limits.max_record_rows))
+    if span is not None:
         texts = _utf8(name, data)
     else:
         if any(v is None for v in data):
@@ -316,14 +316,14 @@ def _utf8(name: str, elements: list[bytes]) -> list[str]:
         raise ValidationError(R.DATATYPE_MISMATCH, f"input {name!r}: a BYTES element is not UTF-8") from None
 
 
-def _strings_array(spec: TensorSpec, item: Mapping[str, Any], chunk: memoryview | None) -> np.ndarray:
+def _strings_array(spec: TensorSpec, item: Mapping[str, Any], span: memoryview | None) -> np.ndarray:
     """A BYTES input of a ``tensor(string)`` model input: JSON strings (flat or nested as the shape), or binary
     elements (each a 4-byte little-endian length, then UTF-8), as an object array of str of the declared shape."""
     name: str = item["name"]
     shape: list[int] = item["shape"]
     count = math.prod(shape)
-    if chunk is not None:
-        arr = np.array(_utf8(name, split_bytes(name, chunk)), dtype=object)
+    if span is not None:
+        arr = np.array(_utf8(name, split_bytes(name, span)), dtype=object)
     else:
         arr = np.array(item["data"], dtype=object)
         check_strings(name, arr)
@@ -395,24 +395,24 @@ def requested_outputs(raw: object, signature: ModelSignature) -> tuple[str, ...]
 
 
 def _to_array(
-    spec: TensorSpec, item: Mapping[str, Any], chunk: memoryview | None, limits: Limits, may_hold_booleans: bool
+    spec: TensorSpec, item: Mapping[str, Any], span: memoryview | None, limits: Limits, may_hold_booleans: bool
 ) -> np.ndarray:
     name: str = item["name"]
     shape: list[int] = item["shape"]
     datatype: str = item["datatype"]
     declared = check_declaration(spec, datatype, shape, limits.max_record_rows)
     if declared.kind == "O":  # BYTES into a tensor(string) input
-        return _strings_array(spec, item, chunk)
+        return _strings_array(spec, item, span)
 
-    if chunk is not None:
+    if span is not None:
         count = math.prod(shape)
-        if len(chunk) != count * declared.itemsize:
+        if len(span) != count * declared.itemsize:
             raise ValidationError(
                 R.SHAPE_MISMATCH,
-                f"input {name!r}: {len(chunk)} bytes of binary data, shape {shape} of {datatype} needs "
+                f"input {name!r}: {len(span)} bytes of binary data, shape {shape} of {datatype} needs "
                 f"{count * declared.itemsize}",
             )
-        arr = np.frombuffer(chunk, dtype=declared.newbyteorder("<")).reshape(shape)
+        arr = np.frombuffer(span, dtype=declared.newbyteorder("<")).reshape(shape)
         check_values(name, arr, declared, spec.dtype)
         return np.ascontiguousarray(arr, dtype=spec.dtype)
     if may_hold_booleans and declared.kind != "b" and holds_boolean(item["data"]):
