@@ -16,11 +16,12 @@ The choices, and why (issue 35):
   result reader of the tests) use the same address: it is a local address of the host, so their traffic never
   leaves it either. Keeping ``hostNetwork`` for the consumer pods would bring back the one shared HTTP port that
   stops two replicas (a scale to 2, a rollout's surge pod) from running on one node.
-- **Where things live**: the plugins are linked into ``<state>/cni/bin`` and the configuration is
-  ``<state>/cni/net.d`` (containerd's CRI ``bin_dir``/``conf_dir``), the address leases in ``<state>/cni/ipam``
-  (``host-local``'s ``dataDir``). Outside the state folder there remain only what the kernel and containerd keep
-  elsewhere: the bridge, the pods' network namespaces (``/run/netns/cni-*``, made by containerd) with their veths,
-  and the kubelet's iptables chains (``KUBE-*``). :func:`teardown` removes each of them that was not there before
+- **Where things live**: the plugins (installed with apt-get where missing: :func:`ensure_plugins`) are linked
+  into ``<state>/cni/bin`` and the configuration is ``<state>/cni/net.d`` (containerd's CRI ``bin_dir`` and
+  ``conf_dir``), the address leases in ``<state>/cni/ipam`` (``host-local``'s ``dataDir``). Outside the state
+  folder there remain only what the kernel and containerd keep elsewhere: the bridge, the pods' network namespaces
+  (``/run/netns/cni-*``, made by containerd) with their veths, and any iptables chain of the kubelet's (``KUBE-*``;
+  none with ``makeIPTablesUtilChains: false``). :func:`teardown` removes each of them that was not there before
   :func:`setup` (recorded in ``<state>/network.json``).
 """
 
@@ -112,12 +113,28 @@ def _overlapping_route() -> str | None:
     return None
 
 
-def setup(state: Path) -> None:
-    """Make the bridge and the CNI folders of the cluster in ``state``; record what existed before. Raises
-    :class:`NetworkError` when a plugin is missing, the bridge already exists or :data:`SUBNET` overlaps a route."""
+def ensure_plugins(log: Callable[[str], None] = print) -> None:
+    """Install Debian's ``containernetworking-plugins`` where a plugin of :data:`PLUGINS` is missing (root on
+    Debian, as ``make docker-engine`` installs ``docker.io``). Raises :class:`NetworkError` where that fails."""
+    from harness.docker.engine import EngineError, EngineUnavailable, apt_install
+
     missing = [p for p in PLUGINS if not (PLUGIN_DIR / p).is_file()]
-    if missing:
-        raise NetworkError(f"CNI plugins {missing} not in {PLUGIN_DIR}: apt-get install -y containernetworking-plugins")
+    if not missing:
+        return
+    try:
+        apt_install("containernetworking-plugins", str(PLUGIN_DIR / missing[0]), log)
+    except (EngineError, EngineUnavailable) as e:
+        raise NetworkError(f"CNI plugins {missing} not in {PLUGIN_DIR}: {e}") from e
+    still = [p for p in PLUGINS if not (PLUGIN_DIR / p).is_file()]
+    if still:
+        raise NetworkError(f"containernetworking-plugins installed, but {still} are not in {PLUGIN_DIR}")
+
+
+def setup(state: Path, log: Callable[[str], None] = print) -> None:
+    """Make the bridge and the CNI folders of the cluster in ``state``; record what existed before. Raises
+    :class:`NetworkError` when a plugin is missing (and cannot be installed), the bridge already exists or
+    :data:`SUBNET` overlaps a route."""
+    ensure_plugins(log)
     if bridge_exists():
         raise NetworkError(f"the interface {BRIDGE} already exists (another cluster, or make cluster-stop first)")
     overlap = _overlapping_route()

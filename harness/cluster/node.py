@@ -251,7 +251,7 @@ def start(*, log: Callable[[str], None] = print) -> dict[str, float]:
     kubeconfig().write_text(_kubeconfig_text(state, taken["apiserver"]))
     (state / "containerd" / "config.toml").write_text(_containerd_config(state))
     try:  # the bridge, the CNI plugins and the configuration containerd's CRI loads
-        network.setup(state)
+        network.setup(state, log)
     except (network.NetworkError, subprocess.CalledProcessError) as e:
         raise ClusterError(f"the pods' network: {e} {getattr(e, 'stderr', '') or ''}") from e
     (state / "kubelet.yaml").write_text(_kubelet_config(state, taken["kubelet"], taken["kubelet-healthz"]))
