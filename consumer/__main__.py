@@ -41,6 +41,8 @@ from consumer.ops.health import HealthChecks, serve
 from consumer.ops.logs import setup_logging
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing, from_environment
+from consumer.shadow.candidate import check_record as check_shadow_record
+from consumer.shadow.candidate import load_candidate
 from consumer.signature import ModelSignature
 from consumer.work import Limits
 
@@ -104,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("http_port %s: cannot listen on %s: %s", settings.http_port, settings.http_host, exc)
             return EXIT_CONFIG
     try:
-        return _load_and_serve(settings, metrics, checks, lambda: limiter.held_total, tracing)
+        return _load_and_serve(settings, metrics, checks, lambda: limiter.suppressed_total, tracing)
     finally:
         if httpd is not None:
             httpd.shutdown()
@@ -115,7 +117,7 @@ def _load_and_serve(
     settings: Settings,
     metrics: Metrics,
     checks: HealthChecks,
-    held_client_logs: Callable[[], int],
+    suppressed_client_logs: Callable[[], int],
     tracing: Tracing | None,
 ) -> int:
     if settings.validation_record is not None:  # before the model is loaded: a wrong file is refused at once
@@ -126,6 +128,11 @@ def _load_and_serve(
             log.error("%s", exc)
             return EXIT_CONFIG
         log.info("validation record %s", json.dumps(record_summary(record)))
+    try:
+        check_shadow_record(settings)  # as for validation_record: before any model is loaded
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return EXIT_CONFIG
     mapping = None
     try:
         runner = load_runner(settings)
@@ -139,6 +146,7 @@ def _load_and_serve(
         else:
             log.info("warming up at batch sizes %s, %d runs each", sizes, settings.warmup_runs)
         runner.warmup(sizes, settings.warmup_runs, lengths)
+        candidate = load_candidate(settings, runner, warmup_sample=_warmup_of(settings), checked=True)
     except ConfigError as exc:  # a setting the loaded model shows to be wrong (image_preprocessing)
         log.error("%s", exc)
         return EXIT_CONFIG
@@ -156,7 +164,15 @@ def _load_and_serve(
         log.warning("CUDA is active but NVML is not available: streaminfer_gpu_memory_used_bytes is not exported")
     checks.provider_ok = on_gpu or not settings.require_gpu
     checks.warm = True
-    app = StreamInferApp(settings, runner, metrics, held_client_logs=held_client_logs, tracing=tracing, mapping=mapping)
+    app = StreamInferApp(
+        settings,
+        runner,
+        metrics,
+        suppressed_client_logs=suppressed_client_logs,
+        tracing=tracing,
+        mapping=mapping,
+        candidate=candidate,
+    )
     settle_garbage_collector()
     return asyncio.run(serve_until_signal(app, checks))
 
@@ -170,16 +186,25 @@ def load_runner(settings: Settings) -> OnnxRunner:
             not a valid request for the model.
         ConfigError: ``image_preprocessing`` does not fit the model.
     """
+    return OnnxRunner.load(
+        settings.model_path,
+        SessionOptions.from_settings(settings),
+        warmup_sample=_warmup_of(settings),
+        answer_encoders=(check_enriched,) if settings.enrich else (check_output,),
+    )
+
+
+def _warmup_of(settings: Settings) -> Callable[[ModelSignature], dict[str, np.ndarray]] | None:
+    """The probe and warmup rows of ``warmup_request`` (:func:`warmup_sample`), or None for placeholder rows.
+
+    Raises:
+        ModelError: ``warmup_request`` cannot be read.
+    """
     try:
         warmup = settings.warmup_request.read_bytes() if settings.warmup_request is not None else None
     except OSError as exc:
         raise ModelError(f"warmup_request: {exc}") from None
-    return OnnxRunner.load(
-        settings.model_path,
-        SessionOptions.from_settings(settings),
-        warmup_sample=None if warmup is None else functools.partial(warmup_sample, warmup),
-        answer_encoders=(check_enriched,) if settings.enrich else (check_output,),
-    )
+    return None if warmup is None else functools.partial(warmup_sample, warmup)
 
 
 def warmup_sample(value: bytes, signature: ModelSignature) -> dict[str, np.ndarray]:

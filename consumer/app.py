@@ -55,11 +55,13 @@ class StreamInferApp:
         wall_clock: epoch clock in seconds (record age against Kafka timestamps only).
         sleep: ``asyncio.sleep``, or a fake that a test's clock resolves (backoff, commit cadence, revoke wait).
         clients: makes the Kafka clients; default the real ones (:class:`~consumer.kafka.clients.KafkaClients`).
-        held_client_logs: how many Kafka client log records were held back so far
-            (:attr:`consumer.ops.logs.ClientLogLimiter.held_total`), reported when the cluster answers again.
+        suppressed_client_logs: how many Kafka client log records were suppressed so far
+            (:attr:`consumer.ops.logs.ClientLogLimiter.suppressed_total`), reported when the cluster answers again.
         tracing: OpenTelemetry spans (:func:`consumer.ops.tracing.from_environment`), or None: traces off.
         mapping: events: the input mapping checked when the model was loaded (``consumer.__main__``); None: loaded
             when the stages are built.
+        candidate: ``shadow_model_path``'s model, loaded and checked (``consumer.__main__``); None: loaded when
+            the stages are built, if the setting is set.
     """
 
     def __init__(
@@ -72,12 +74,14 @@ class StreamInferApp:
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clients: Clients | None = None,
-        held_client_logs: Callable[[], int] | None = None,
+        suppressed_client_logs: Callable[[], int] | None = None,
         tracing: Tracing | None = None,
         mapping: InputMapping | None = None,
+        candidate: OnnxRunner | None = None,
     ) -> None:
         self._tracing = tracing
         self._mapping = mapping
+        self._candidate = candidate
         self.settings = settings
         self.runner = runner
         self.metrics = metrics
@@ -85,7 +89,7 @@ class StreamInferApp:
         self._wall_clock = wall_clock
         self._sleep = sleep
         self._clients = clients
-        self._held_client_logs = held_client_logs
+        self._suppressed_client_logs = suppressed_client_logs
         self.stages: Stages | None = None
         self.link: BrokerLink | None = None
         self._link_task: asyncio.Task[None] | None = None
@@ -110,7 +114,9 @@ class StreamInferApp:
         Raises:
             aiokafka.errors.KafkaError: the broker cannot be reached.
             ConfigError: the result schema is missing and may not be registered, or registering it was refused.
-            ModelError: the requests subject's latest writer schema cannot feed the model as mapped.
+            ModelError: the requests subject's latest writer schema cannot feed the model as mapped; the shadow
+                candidate cannot be loaded.
+            ConfigError: the shadow candidate is refused (:mod:`consumer.shadow.candidate`).
         """
         clients = self._clients or KafkaClients(self.settings, kafka_security_kwargs(self.settings))
         stages = build_stages(
@@ -124,6 +130,7 @@ class StreamInferApp:
             fail=self._fail,
             tracing=self._tracing,
             mapping=self._mapping,
+            candidate=self._candidate,
         )
         self.stages = stages
         if stages.schemas is not None:
@@ -146,7 +153,7 @@ class StreamInferApp:
             clock=self._clock,
             sleep=self._sleep,
             gauge=self.metrics.kafka_reachable,
-            held=self._held_client_logs,
+            suppressed=self._suppressed_client_logs,
         )
         self._link_task = asyncio.create_task(self.link.watch(), name="streaminfer-kafka-link")
         loop = asyncio.get_running_loop()
