@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("http_port %s: cannot listen on %s: %s", settings.http_port, settings.http_host, exc)
             return EXIT_CONFIG
     try:
-        return _load_and_serve(settings, metrics, checks, lambda: limiter.held_total, tracing)
+        return _load_and_serve(settings, metrics, checks, lambda: limiter.suppressed_total, tracing)
     finally:
         if httpd is not None:
             httpd.shutdown()
@@ -117,7 +117,7 @@ def _load_and_serve(
     settings: Settings,
     metrics: Metrics,
     checks: HealthChecks,
-    held_client_logs: Callable[[], int],
+    suppressed_client_logs: Callable[[], int],
     tracing: Tracing | None,
 ) -> int:
     if settings.validation_record is not None:  # before the model is loaded: a wrong file is refused at once
@@ -168,7 +168,7 @@ def _load_and_serve(
         settings,
         runner,
         metrics,
-        held_client_logs=held_client_logs,
+        suppressed_client_logs=suppressed_client_logs,
         tracing=tracing,
         mapping=mapping,
         candidate=candidate,

@@ -55,8 +55,8 @@ class StreamInferApp:
         wall_clock: epoch clock in seconds (record age against Kafka timestamps only).
         sleep: ``asyncio.sleep``, or a fake that a test's clock resolves (backoff, commit cadence, revoke wait).
         clients: makes the Kafka clients; default the real ones (:class:`~consumer.kafka.clients.KafkaClients`).
-        held_client_logs: how many Kafka client log records were held back so far
-            (:attr:`consumer.ops.logs.ClientLogLimiter.held_total`), reported when the cluster answers again.
+        suppressed_client_logs: how many Kafka client log records were suppressed so far
+            (:attr:`consumer.ops.logs.ClientLogLimiter.suppressed_total`), reported when the cluster answers again.
         tracing: OpenTelemetry spans (:func:`consumer.ops.tracing.from_environment`), or None: traces off.
         mapping: events: the input mapping checked when the model was loaded (``consumer.__main__``); None: loaded
             when the stages are built.
@@ -74,7 +74,7 @@ class StreamInferApp:
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clients: Clients | None = None,
-        held_client_logs: Callable[[], int] | None = None,
+        suppressed_client_logs: Callable[[], int] | None = None,
         tracing: Tracing | None = None,
         mapping: InputMapping | None = None,
         candidate: OnnxRunner | None = None,
@@ -89,7 +89,7 @@ class StreamInferApp:
         self._wall_clock = wall_clock
         self._sleep = sleep
         self._clients = clients
-        self._held_client_logs = held_client_logs
+        self._suppressed_client_logs = suppressed_client_logs
         self.stages: Stages | None = None
         self.link: BrokerLink | None = None
         self._link_task: asyncio.Task[None] | None = None
@@ -153,7 +153,7 @@ class StreamInferApp:
             clock=self._clock,
             sleep=self._sleep,
             gauge=self.metrics.kafka_reachable,
-            held=self._held_client_logs,
+            suppressed=self._suppressed_client_logs,
         )
         self._link_task = asyncio.create_task(self.link.watch(), name="streaminfer-kafka-link")
         loop = asyncio.get_running_loop()

@@ -74,7 +74,7 @@ class MicroBatcher(Generic[T]):
         self._lanes: dict[Hashable, _Lane[T]] = {}
         self._rows = 0
         self._closed = False
-        self._released = float("-inf")  # items queued at or before this clock reading are due (release())
+        self._caught_up_at = float("-inf")  # items queued at or before this clock reading are due (caught_up())
         self._wakeup = asyncio.Event()
 
     @property
@@ -138,11 +138,11 @@ class MicroBatcher(Generic[T]):
                 del self._lanes[key]
         return removed
 
-    def release(self) -> None:
+    def caught_up(self) -> None:
         """Make every pending item due now, whatever its deadline (items queued later wait as usual): the source
         knows no more records are on their way, so waiting would only add latency."""
         if self._lanes:
-            self._released = self._clock()
+            self._caught_up_at = self._clock()
             self._wakeup.set()
 
     def close(self) -> None:
@@ -151,19 +151,19 @@ class MicroBatcher(Generic[T]):
         self._wakeup.set()
 
     def time_to_deadline(self, now: float) -> float | None:
-        """Seconds until the oldest pending item's deadline (<= 0: due now, released ones too); None when nothing
+        """Seconds until the oldest pending item's deadline (<= 0: due now, caught-up ones too); None when nothing
         is pending."""
         heads = [g.items[0][3] for g in self._lanes.values() if g.items]
         if not heads:
             return None
         oldest = min(heads)
-        return 0.0 if oldest <= self._released else oldest + self._delay_s - now
+        return 0.0 if oldest <= self._caught_up_at else oldest + self._delay_s - now
 
     def pop_ready(self, now: float) -> list[T] | None:
         """Remove and return the next batch that is due at time ``now``, or None if none is due.
 
         A full lane (rows >= max_batch_rows) is due at once; otherwise the lane of the oldest item is due
-        when that item's deadline has passed, or at once after :meth:`close`, or when :meth:`release` was called
+        when that item's deadline has passed, or at once after :meth:`close`, or when :meth:`caught_up` was called
         after that item was queued.
         """
         full = [(k, g) for k, g in self._lanes.items() if self._full(g.rows, g.tokens)]
@@ -176,7 +176,7 @@ class MicroBatcher(Generic[T]):
                 oldest = (k, g.items[0][3])
         if oldest is None:
             return None
-        if self._closed or now >= oldest[1] + self._delay_s or oldest[1] <= self._released:
+        if self._closed or now >= oldest[1] + self._delay_s or oldest[1] <= self._caught_up_at:
             return self._take(oldest[0])
         return None
 

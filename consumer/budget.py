@@ -60,11 +60,11 @@ class InFlight:
         self._change(works, 1)
 
     def remove(self, works: Iterable[Work]) -> None:
-        """Release ``works`` (answered, or dropped on revoke)."""
+        """Stop holding ``works`` (answered, or dropped on revoke)."""
         self._change(works, -1)
 
     def clear(self) -> None:
-        """Release everything (exactly_once: a window ended, committed or aborted)."""
+        """Stop holding anything (exactly_once: a window ended, committed or aborted)."""
         self.rows = self.bytes = 0
         self._export()
 

@@ -125,7 +125,7 @@ class BatchRunner:
         self._executor: ThreadPoolExecutor | None = None
         #: Run batches on the event loop: the largest batch computed in under INLINE_BELOW_S at warmup.
         self.inline = runner.batch_seconds is not None and runner.batch_seconds < INLINE_BELOW_S
-        self._stages = {name: metrics.stage_seconds.labels(name) for name in ("assemble", "infer", "encode")}
+        self._stage_seconds = {name: metrics.stage_seconds.labels(name) for name in ("assemble", "infer", "encode")}
 
     def lane(self, request: DecodedRequest) -> tuple[Hashable, int]:
         """The micro-batching lane of a request and its cost in tokens: its non-batch shape (tokens 0), or for a
@@ -173,7 +173,7 @@ class BatchRunner:
         started = self._clock()
         feeds, rows, length = self._assemble(requests, buffers)
         ran = self._clock()
-        self._stages["assemble"].inc(ran - started)
+        self._stage_seconds["assemble"].inc(ran - started)
         attempt = 0
         while True:
             try:
@@ -208,11 +208,11 @@ class BatchRunner:
                 await self.run(batch[mid:], buffers, scored)
                 return
         done = self._clock()
-        self._stages["infer"].inc(done - ran)
+        self._stage_seconds["infer"].inc(done - ran)
         self._metrics.inference_seconds.observe(done - ran)
         self._metrics.batch_rows.observe(rows)
         self._answers.shape(batch, requests, outputs, length)
-        self._stages["encode"].inc(self._clock() - done)
+        self._stage_seconds["encode"].inc(self._clock() - done)
         if scored is not None:
             scored.append(Scored(batch, requests, outputs, length))
 

@@ -74,7 +74,7 @@ class Intake:
         self._text = text
         self.images = images
         self._metrics = metrics
-        self._stage = metrics.stage_seconds.labels("decode")
+        self._decode_seconds = metrics.stage_seconds.labels("decode")
         self._clock = clock
         self._decoder = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="streaminfer-decode")
@@ -101,7 +101,7 @@ class Intake:
             fetched: records per partition, each partition's in offset order.
             tracker: every record is tracked in its partition's offsets (in fetch order) before it is returned.
             idle: Avro events: how to wait while the schema registry does not answer (the delivery mode's
-                :meth:`consumer.kafka.source.Source.hold`); default: sleep.
+                :meth:`consumer.kafka.source.Source.idle`); default: sleep.
 
         Returns:
             One work item per record, partition by partition in fetch order: a request, or the error that
@@ -153,7 +153,7 @@ class Intake:
                     append(Work(rec, tp, offsets, cid, None, outcome, 1, started))
             first += len(recs)
         elapsed = self._clock() - started
-        self._stage.inc(elapsed)
+        self._decode_seconds.inc(elapsed)
         self._metrics.preprocess_seconds.observe(elapsed / len(records), len(records))
         return works
 

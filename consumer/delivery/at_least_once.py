@@ -4,7 +4,7 @@ Tasks (created in :meth:`AtLeastOnce.start`, cancelled and drained in :meth:`AtL
 
     fetch    source.fetch() sized by the in-flight budget (:mod:`consumer.budget`: rows and bytes) -> intake ->
              requests to the batcher, poison to the publisher; every assigned partition is paused while it is full;
-             a fetch that reached its partitions' high watermark releases the batcher (``flush_when_caught_up``)
+             a fetch that reached its partitions' high watermark calls batcher.caught_up() (``flush_when_caught_up``)
     batch    batcher.next_batch() -> inference (ORT in its thread; PIPELINE_DEPTH batches in flight)
              -> the publisher
     publish  the publisher writes each partition's answers in offset order and retries failed writes
@@ -162,9 +162,9 @@ class AtLeastOnce:
             asked = held.room(s.fetch_max_records)
             fetched = await st.source.fetch(asked, wait=not full)
             if fetched:
-                self._ingest(await st.intake.decode(fetched, st.tracker, st.source.hold))
+                self._ingest(await st.intake.decode(fetched, st.tracker, st.source.idle))
                 if s.flush_when_caught_up and st.source.caught_up(fetched, asked):
-                    self.batcher.release()  # nothing more is on the broker: waiting could only add latency
+                    self.batcher.caught_up()  # nothing more is on the broker: waiting could only add latency
             st.source.update_lag()
             await asyncio.sleep(0)  # the client returns fetched records without yielding: let the others run
 

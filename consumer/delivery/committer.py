@@ -58,7 +58,7 @@ class Committer:
         self._clock = clock
         self._sleep = sleep
         self._wanted = asyncio.Event()
-        self._stage = metrics.stage_seconds.labels("commit")
+        self._commit_seconds = metrics.stage_seconds.labels("commit")
 
     def want(self) -> None:
         """Answers were acknowledged: commit soon."""
@@ -86,7 +86,7 @@ class Committer:
             log.warning("commit of %s failed: %r", offsets, exc)
             return
         finally:
-            self._stage.inc(self._clock() - started)
+            self._commit_seconds.inc(self._clock() - started)
         self._tracker.mark_committed(offsets)
         self._metrics.commits.inc()
         self._progress.mark()

@@ -80,7 +80,7 @@ class AnswerWriter:
     ) -> None:
         self.records = records
         self.ladder = ladder
-        self._metrics = metrics.stage_seconds.labels("produce")
+        self._produce_seconds = metrics.stage_seconds.labels("produce")
         self._clock = clock
         self._wall_clock = wall_clock
         self._waited = 0.0  # of the current write: time the client made us wait, seconds
@@ -135,7 +135,7 @@ class AnswerWriter:
                 slot.works.append(work)
             await self._flush(producer, open_batches, sent)
         finally:
-            self._metrics.inc(max(0.0, self._clock() - started - self._waited))
+            self._produce_seconds.inc(max(0.0, self._clock() - started - self._waited))
         return sent
 
     def judge(self, works: Sequence[Work], error: BaseException) -> fate.Action:

@@ -4,7 +4,8 @@
 every :data:`LINK_CHECK_S`; a request that fails or takes longer than :data:`LINK_TIMEOUT_S` marks the link down.
 So an outage is reported within ``LINK_CHECK_S + LINK_TIMEOUT_S`` (10 s) and its end within ``LINK_CHECK_S`` of
 the first answer, with the outage's length and how many client log lines :class:`consumer.ops.logs.ClientLogLimiter`
-held back meanwhile. The gauge ``streaminfer_kafka_reachable`` is 1 or 0 accordingly.
+suppressed meanwhile (the line says "held back", as docs/operations.md quotes it). The gauge
+``streaminfer_kafka_reachable`` is 1 or 0 accordingly.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class BrokerLink:
         clock: monotonic seconds.
         sleep: ``asyncio.sleep`` or a test's fake.
         gauge: ``streaminfer_kafka_reachable``, set to 1 or 0.
-        held: how many client log records have been held back so far (``ClientLogLimiter.held_total``).
+        suppressed: how many client log records have been suppressed so far (``ClientLogLimiter.suppressed_total``).
         interval_s: seconds between checks.
         timeout_s: a check taking longer fails, seconds.
     """
@@ -48,7 +49,7 @@ class BrokerLink:
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         gauge: Gauge | None = None,
-        held: Callable[[], int] | None = None,
+        suppressed: Callable[[], int] | None = None,
         interval_s: float = LINK_CHECK_S,
         timeout_s: float = LINK_TIMEOUT_S,
     ) -> None:
@@ -57,14 +58,14 @@ class BrokerLink:
         self._clock = clock
         self._sleep = sleep
         self._gauge = gauge
-        self._held = held or (lambda: 0)
+        self._suppressed = suppressed or (lambda: 0)
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         #: When the current outage began (the first failed check), or None while the cluster answers.
         self.down_since: float | None = None
         #: When a check last succeeded (start-up counts), monotonic seconds.
         self.last_ok = clock()
-        self._held_at_loss = 0
+        self._suppressed_at_loss = 0
         if gauge is not None:
             gauge.set(1)
 
@@ -96,7 +97,7 @@ class BrokerLink:
         if not self.reachable:
             return
         self.down_since = self._clock()
-        self._held_at_loss = self._held()
+        self._suppressed_at_loss = self._suppressed()
         if self._gauge is not None:
             self._gauge.set(0)
         reason = f"no answer within {self._timeout_s:.0f} s" if isinstance(exc, TimeoutError) else repr(exc)
@@ -117,7 +118,7 @@ class BrokerLink:
         log.info(
             "kafka: cluster reachable again after %.1f s (%d client log lines held back meanwhile)",
             now - self.down_since,
-            self._held() - self._held_at_loss,
+            self._suppressed() - self._suppressed_at_loss,
         )
         self.down_since = None
         if self._gauge is not None:

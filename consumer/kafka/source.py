@@ -93,7 +93,7 @@ class Source:
         self._fetch_timeout_ms = fetch_timeout_ms
         self._fetch_is_progress = fetch_is_progress
         self._clock = clock
-        self._stage = metrics.stage_seconds.labels("fetch")
+        self._fetch_seconds = metrics.stage_seconds.labels("fetch")
         self.lag = 0
         #: The group's listener, set by :meth:`start` (a delivery mode adds its figures to a rebalance's line).
         self.rebalance: RebalanceListener | None = None
@@ -160,12 +160,12 @@ class Source:
         except UnicodeDecodeError as exc:  # the client cannot parse a record: find it and dead-letter it
             fetched = await self._isolate_undecodable(exc)
         if fetched:  # a call that only waited for records costs the loop nothing
-            self._stage.inc(self._clock() - started)
+            self._fetch_seconds.inc(self._clock() - started)
             if self._fetch_is_progress:
                 self._progress.mark()
         return fetched
 
-    async def hold(self, seconds: float) -> None:
+    async def idle(self, seconds: float) -> None:
         """Wait about ``seconds`` while fetched records are held (for the schema registry), the group membership kept:
         every assigned partition is paused and the client polled (so ``max_poll_interval_ms`` does not pass), then
         the partitions this call paused are resumed. Records a rebalance let through meanwhile are sought back to."""

@@ -17,12 +17,12 @@ from consumer.errors import ValidationError
 from consumer.oip.validate import row_elements
 
 
-def image_elements(item: Mapping[str, Any], chunk: memoryview | None, limit: int) -> list[bytes]:
+def image_elements(item: Mapping[str, Any], span: memoryview | None, limit: int) -> list[bytes]:
     """One request's BYTES image input -> its encoded images (one per row), not yet decoded.
 
     Args:
         item: the OIP input object (fields already checked: name, shape, datatype, data or binary size).
-        chunk: its binary data (binary data extension), or None for JSON ``data`` (base64 strings).
+        span: its binary data (binary data extension), or None for JSON ``data`` (base64 strings).
         limit: most images in one record: ``max_record_rows``, at most ``max_in_flight_images``.
 
     Raises:
@@ -35,8 +35,8 @@ def image_elements(item: Mapping[str, Any], chunk: memoryview | None, limit: int
             R.DATATYPE_MISMATCH,
             f"input {name!r}: images are BYTES (encoded) or UINT8 [rows, H, W, 3], got {datatype!r}",
         )
-    rows, data = row_elements(item, chunk, "encoded images", lambda n, r: _rows(n, r, limit))
-    images = data if chunk is not None else [_base64(name, v) for v in data]
+    rows, data = row_elements(item, span, "encoded images", lambda n, r: _rows(n, r, limit))
+    images = data if span is not None else [_base64(name, v) for v in data]
     if len(images) != rows:
         raise ValidationError(R.SHAPE_MISMATCH, f"input {name!r}: {len(images)} images, shape {shape} needs {rows}")
     return images

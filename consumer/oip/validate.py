@@ -163,13 +163,13 @@ def check_ranges(arrays: Mapping[str, np.ndarray], signature: ModelSignature) ->
 
 
 def row_elements(
-    item: Mapping[str, Any], chunk: memoryview | None, what: str, check: Callable[[str, int], int]
+    item: Mapping[str, Any], span: memoryview | None, what: str, check: Callable[[str, int], int]
 ) -> tuple[int, list[Any]]:
     """A BYTES input of one element per row (text, encoded images): shape ``[rows]`` or ``[rows, 1]``.
 
     Args:
         item: the OIP input object (name, shape and data or binary size already checked).
-        chunk: its binary data, or None for JSON ``data``.
+        span: its binary data, or None for JSON ``data``.
         what: what an element is, for the messages (``text``, ``encoded images``).
         check: checks ``shape[0]`` and returns it (e.g. :func:`check_rows` with its limit).
 
@@ -188,22 +188,22 @@ def row_elements(
             R.SHAPE_MISMATCH, f"input {name!r}: {what} shape must be [rows] or [rows, 1], got {shape}"
         )
     rows = check(name, shape[0])
-    if chunk is not None:
-        return rows, split_bytes(name, chunk)
+    if span is not None:
+        return rows, split_bytes(name, span)
     data = item["data"]
     if len(shape) == 2 and all(isinstance(v, list) and len(v) == 1 for v in data):
         data = [v[0] for v in data]
     return rows, data
 
 
-def split_bytes(name: str, chunk: memoryview) -> list[bytes]:
+def split_bytes(name: str, span: memoryview) -> list[bytes]:
     """A binary BYTES tensor's elements (binary data extension): each a 4-byte little-endian length, then that
     many bytes.
 
     Raises:
         ValidationError: shape_mismatch: a length is cut off or runs past the data.
     """
-    raw = chunk.tobytes()
+    raw = span.tobytes()
     out: list[bytes] = []
     pos = 0
     while pos < len(raw):

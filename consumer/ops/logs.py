@@ -3,7 +3,7 @@
 The Kafka client (aiokafka) logs every failed connection attempt, metadata refresh, fetch and heartbeat at ERROR,
 many times a second per broker while one is unreachable (measured: about 1,700 lines in a 20 s broker pause with
 an idle consumer, about 10,900 lines/s under load). :class:`ClientLogLimiter` lets through at most one record per
-message template per :data:`CLIENT_LOG_INTERVAL_S` and says how many it held back; streaminfer's own
+message template per :data:`CLIENT_LOG_INTERVAL_S` and says how many it suppressed; streaminfer's own
 :class:`consumer.kafka.link.BrokerLink` writes the one line that matters ("broker unreachable", then "reachable
 again after N s"). :data:`DEMOTED` client errors that are retried as a matter of course (the group coordinator of a
 fresh cluster is not available for a moment) are logged at INFO, so a healthy start logs no ERROR.
@@ -68,7 +68,7 @@ class ClientLogLimiter(logging.Filter):
 
     A record passes when no record of the same logger and message template (the format string before its
     arguments: "Unable connect to node with id %s: %s" whatever the node) passed in the last ``interval_s``; the
-    next one that passes after some were held back ends with ``[N more like this in the last S s not logged]``.
+    next one that passes after some were suppressed ends with ``[N more like this in the last S s not logged]``.
     Records matching :data:`DEMOTED` are logged at INFO.
 
     Args:
@@ -81,9 +81,9 @@ class ClientLogLimiter(logging.Filter):
         self._interval_s = interval_s
         self._clock = clock
         self._last: dict[tuple[str, str], float] = {}
-        self._held: Counter[tuple[str, str]] = Counter()
-        #: Records held back since start, all templates.
-        self.held_total = 0
+        self._suppressed: Counter[tuple[str, str]] = Counter()
+        #: Records suppressed since start, all templates.
+        self.suppressed_total = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         name = record.name
@@ -93,14 +93,14 @@ class ClientLogLimiter(logging.Filter):
         now = self._clock()
         last = self._last.get(key)
         if last is not None and now - last < self._interval_s:
-            self._held[key] += 1
-            self.held_total += 1
+            self._suppressed[key] += 1
+            self.suppressed_total += 1
             return False
         self._last[key] = now
         message = record.getMessage()
-        held = self._held.pop(key, 0)
-        if held and last is not None:
-            message = f"{message} [{held} more like this in the last {now - last:.0f} s not logged]"
+        suppressed = self._suppressed.pop(key, 0)
+        if suppressed and last is not None:
+            message = f"{message} [{suppressed} more like this in the last {now - last:.0f} s not logged]"
         if record.levelno >= logging.ERROR and any(d in message for d in DEMOTED):
             record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
         record.msg, record.args = message, None
@@ -109,7 +109,7 @@ class ClientLogLimiter(logging.Filter):
 
 def setup_logging(level: str, as_json: bool, secrets: Sequence[str] = ()) -> ClientLogLimiter:
     """Log to stderr, as text or one JSON object per line, with ``secrets`` redacted from every message and the
-    Kafka client's records rate-limited. Returns the limiter (its ``held_total`` counts what it held back)."""
+    Kafka client's records rate-limited. Returns the limiter (its ``suppressed_total`` counts what it suppressed)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(RedactSecrets(secrets))
     limiter = ClientLogLimiter()

@@ -119,17 +119,17 @@ def test_discard_removes_matching_items_and_their_rows(clock: FakeClock) -> None
     assert b.pop_ready(clock()) is None
 
 
-def test_release_makes_pending_items_due_and_later_ones_wait(clock: FakeClock) -> None:
+def test_caught_up_makes_pending_items_due_and_later_ones_wait(clock: FakeClock) -> None:
     b = make(clock, rows=8, delay_ms=5)
     b.put("a", 1)
     b.put("b", 1, key="other")
     assert b.pop_ready(clock()) is None
-    b.release()
+    b.caught_up()
     assert b.time_to_deadline(clock()) == 0.0
     assert b.pop_ready(clock()) == ["a"]
     assert b.pop_ready(clock()) == ["b"]
     clock.advance_ms(1)
-    b.put("c", 1)  # queued after the release: waits for its own deadline
+    b.put("c", 1)  # queued after caught_up(): waits for its own deadline
     assert b.pop_ready(clock()) is None
     assert b.time_to_deadline(clock()) == pytest.approx(0.005)
 

@@ -259,7 +259,7 @@ async def test_the_new_partitions_producers_start_concurrently(
 ) -> None:
     h = eos(tmp_path, digits_signature, clock)
     await h.app.start()
-    h.clients.start_gate = asyncio.Event()  # every InitProducerId waits here until released
+    h.clients.start_gate = asyncio.Event()  # every InitProducerId waits here until the test sets it
     assigning = asyncio.ensure_future(h.consumer.assign({TopicPartition("requests", p) for p in range(3)}))
     await h.until(lambda: h.clients.starting == 3)  # all three at once, not one after another
     h.clients.start_gate.set()

@@ -67,7 +67,9 @@ async def test_a_registry_that_does_not_answer_is_waited_out_and_said_once(caplo
     registry.down = 5
     waited: list[float] = []
 
-    async def idle(seconds: float) -> None:  # the delivery mode's hold: here it checks the state meanwhile
+    async def idle(
+        seconds: float,
+    ) -> None:  # the delivery mode's idle (Source.idle): here it checks the state meanwhile
         waited.append(seconds)
         assert schemas.down_since is not None
 

@@ -44,8 +44,10 @@ async def test_an_outage_is_one_warning_and_its_end_one_line_with_its_length(
     cluster = Cluster()
     registry = CollectorRegistry()
     gauge = Gauge("reachable", "", registry=registry)
-    held = [0]
-    link = BrokerLink(cluster.topics, "broker:9092", clock=clock, sleep=clock.sleep, gauge=gauge, held=lambda: held[0])
+    suppressed = [0]
+    link = BrokerLink(
+        cluster.topics, "broker:9092", clock=clock, sleep=clock.sleep, gauge=gauge, suppressed=lambda: suppressed[0]
+    )
     caplog.set_level(logging.INFO, logger="consumer.kafka.link")
     assert await link.check_once()
     assert caplog.records == []  # nothing to say while all is well
@@ -53,7 +55,7 @@ async def test_an_outage_is_one_warning_and_its_end_one_line_with_its_length(
     for _ in range(8):  # 40 s of failing checks
         assert not await link.check_once()
         clock.advance_ms(5_000)
-        held[0] += 400
+        suppressed[0] += 400
     assert link.reachable is False
     assert registry.get_sample_value("reachable") == 0
     cluster.state = "hung"  # a paused broker: the request never returns; the injected clock times it out

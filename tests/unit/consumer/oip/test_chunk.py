@@ -233,7 +233,7 @@ def binary_variants(rng: random.Random) -> list[tuple[bytes, list[tuple[str, byt
     ]
 
 
-def test_binary_chunks_decode_as_record_by_record(digits_signature: ModelSignature) -> None:
+def test_chunks_of_binary_records_decode_as_record_by_record(digits_signature: ModelSignature) -> None:
     rng = random.Random(7)
     records = [r for _ in range(3) for r in binary_variants(rng)]
     records += [(v, []) for v in digits_variants(rng)]  # JSON neighbours in the same chunk

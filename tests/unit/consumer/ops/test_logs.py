@@ -1,5 +1,5 @@
 """Logs an operator can trust (consumer/ops/logs.py): the Kafka client's noise bounded per template and window, other
-loggers never held, a fresh cluster's coordinator wait not an error. No broker, no sleeping: fake clocks."""
+loggers never suppressed, a fresh cluster's coordinator wait not an error. No broker, no sleeping: fake clocks."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def limited_logger(limiter: ClientLogLimiter, name: str = "aiokafka") -> tuple[l
     return logger, out
 
 
-def test_client_errors_pass_once_per_template_per_window_then_say_how_many_were_held() -> None:
+def test_client_errors_pass_once_per_template_per_window_then_say_how_many_were_suppressed() -> None:
     now = [0.0]
     limiter = ClientLogLimiter(clock=lambda: now[0])
     logger, out = limited_logger(limiter)
@@ -34,7 +34,7 @@ def test_client_errors_pass_once_per_template_per_window_then_say_how_many_were_
         f"ERROR aiokafka.test-{id(limiter)}: Unable connect to node with id 0: Connect call failed",
         f"ERROR aiokafka.test-{id(limiter)}: Unable to update metadata from [1]",
     ]
-    assert limiter.held_total == 1998
+    assert limiter.suppressed_total == 1998
     now[0] += CLIENT_LOG_INTERVAL_S
     logger.error("Unable connect to node with id %s: %s", 2, "Connect call failed")
     last = out.getvalue().splitlines()[-1]
@@ -42,13 +42,13 @@ def test_client_errors_pass_once_per_template_per_window_then_say_how_many_were_
                          "not logged]")  # fmt: skip
 
 
-def test_records_of_other_loggers_are_never_held() -> None:
+def test_records_of_other_loggers_are_never_suppressed() -> None:
     limiter = ClientLogLimiter(clock=lambda: 0.0)
     logger, out = limited_logger(limiter, name="consumer")
     for _ in range(50):
         logger.warning("publish failed, retrying")
     assert len(out.getvalue().splitlines()) == 50
-    assert limiter.held_total == 0
+    assert limiter.suppressed_total == 0
 
 
 def test_a_fresh_clusters_coordinator_wait_is_not_an_error() -> None:
