@@ -9,8 +9,8 @@
 - Strimzi (``kafka.strimzi.io``: KafkaTopic, KafkaUser, ...): Maven Central's ``io.strimzi:api`` test jar
   (``api-<version>-tests.jar``, ``crds/v1beta2/``: each CRD serving v1beta2 and v1), its SHA-1 checked against the
   one Maven Central publishes. No other Strimzi artifact there carries them (the main ``api`` jar has only classes),
-  and 1.x test jars have none; 0.51.0 is the newest 0.x, the last line whose CRDs serve ``v1beta2``, the version
-  the manifests use.
+  and 1.x test jars have none; 0.51.0 is the newest 0.x. Its CRDs store ``v1beta2`` (the folder's name) and serve
+  ``v1`` too, the version the manifests use (``v1beta2`` is deprecated there and gone in 1.x).
 """
 
 from __future__ import annotations

@@ -4,17 +4,19 @@ kubelet, each a child process in its own session with its log in ``<state>/logs/
 
 What this kind of machine needs (tried in issue 35):
 
-- kubelet: ``cgroupDriver: cgroupfs`` and ``failCgroupV1: false`` (cgroup v1, no systemd), node ``localhost``;
-  pods use the host network (no CNI plugin runs), but containerd's CRI reports the network ready only once a CNI
-  configuration is loaded, so a loopback-only one is written (never invoked for host-network pods);
+- kubelet: ``cgroupDriver: cgroupfs`` and ``failCgroupV1: false`` (cgroup v1, no systemd), node ``localhost``,
+  ``makeIPTablesUtilChains: false`` (no kube-proxy runs, so no chain of the kubelet's is needed);
+- pods: each in its own network namespace on a local bridge (:mod:`harness.cluster.network`: containerd's CRI with
+  the CNI bridge plugin, a private subnet routed nowhere, the tests' broker at the bridge's address);
 - containerd 1.6 (Debian): ``restrict_oom_score_adj = true`` (this VM forbids lowering ``oom_score_adj``), runc
   from the cache (built with seccomp), the pause image of :mod:`harness.cluster.images` as the sandbox image;
 - kube-apiserver: ``--endpoint-reconciler-type=none`` (127.0.0.1 is not a valid endpoint for the ``kubernetes``
   Service), certificates of :mod:`harness.cluster.pki`.
 
 :func:`stop` deletes the pods (the kubelet's SIGTERM and grace period), stops the processes in reverse order,
-removes what runc and the shims left, unmounts what lies under the state folder, removes the cgroups the kubelet
-made (``kubepods``) and then the state folder itself.
+removes what runc and the shims left, unmounts what lies under the state folder, removes the pods' network
+(:func:`harness.cluster.network.teardown`: network namespaces, the bridge, the kubelet's iptables chains), the cgroups
+the kubelet made (``kubepods``) and then the state folder itself.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cluster import K8S_VERSION, bin_dir, kubeconfig, pki, state_dir
+from harness.cluster import K8S_VERSION, bin_dir, kubeconfig, network, pki, state_dir
 from harness.ports import free_port
 
 #: The node's name and its ``Hostname`` address: the API server reaches the kubelet (logs, exec) by it
@@ -215,6 +217,7 @@ healthzPort: {healthz}
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
+makeIPTablesUtilChains: false
 containerRuntimeEndpoint: unix://{state}/containerd/containerd.sock
 podLogsDir: {state}/pod-logs
 resolvConf: /etc/resolv.conf
@@ -240,17 +243,17 @@ def start(*, log: Callable[[str], None] = print) -> dict[str, float]:
     if any(_alive(name) for name in ORDER) or _our_processes(str(state)):
         raise ClusterError(f"a cluster is partly running in {state}: make cluster-stop first")
     shutil.rmtree(state, ignore_errors=True)  # a fresh start: no etcd data or ports of an earlier one
-    for sub in ("containerd", "etcd", "kubelet", "pod-logs", "cni/net.d", "cni/bin", "logs", "pids"):
+    for sub in ("containerd", "etcd", "kubelet", "pod-logs", "logs", "pids"):
         (state / sub).mkdir(parents=True, exist_ok=True)
     pki.make(state / "pki")
     taken = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kubelet", "kubelet-healthz")}
     (state / "ports.json").write_text(json.dumps(taken))
     kubeconfig().write_text(_kubeconfig_text(state, taken["apiserver"]))
     (state / "containerd" / "config.toml").write_text(_containerd_config(state))
-    # containerd's CRI counts the network ready once a configuration is loaded; host-network pods never invoke it
-    (state / "cni/net.d/10-streaminfer-loopback.conflist").write_text(
-        json.dumps({"cniVersion": "1.0.0", "name": "streaminfer-loopback", "plugins": [{"type": "loopback"}]})
-    )
+    try:  # the bridge, the CNI plugins and the configuration containerd's CRI loads
+        network.setup(state, log)
+    except (network.NetworkError, subprocess.CalledProcessError) as e:
+        raise ClusterError(f"the pods' network: {e} {getattr(e, 'stderr', '') or ''}") from e
     (state / "kubelet.yaml").write_text(_kubelet_config(state, taken["kubelet"], taken["kubelet-healthz"]))
     # what existed before, so that stop removes only what this cluster made
     (state / "preexisting.json").write_text(
@@ -474,6 +477,7 @@ def stop(*, log: Callable[[str], None] = print) -> None:
     time.sleep(0.5)
     for point in reversed(_mounts_under(state)):
         subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    network.teardown(state, log=log)
     before: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
         before = json.loads((state / "preexisting.json").read_text())

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.cluster import REPO, bin_dir, kubeconfig, node
+from harness.cluster import REPO, bin_dir, kubeconfig, network, node
+from harness.localkafka import BrokerSetupError, LocalBroker
 
 pytestmark = pytest.mark.cluster
 OVERLAYS = ("cpu", "gpu", "cpu-hpa")
@@ -46,6 +47,28 @@ def kubectl() -> Kubectl:
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The cluster tests' broker: a local one listening and advertised at the pods' bridge gateway
+    (:data:`harness.cluster.network.GATEWAY`), which the pods reach over the bridge and the host's clients as one
+    of the host's own addresses (so no traffic leaves the machine). Replaces the session broker of tests/conftest.py,
+    which listens on loopback, out of the pods' reach."""
+    if not network.bridge_exists():
+        reason = f"the cluster's bridge {network.BRIDGE} does not exist (make cluster)"
+        if cluster_required():
+            pytest.fail(f"CLUSTER_TESTS_REQUIRED=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    broker = LocalBroker(tmp_path_factory.mktemp("kafka-cluster"), hosts=[network.GATEWAY])
+    try:
+        broker.start()
+    except BrokerSetupError as exc:
+        pytest.fail(f"the local broker at {network.GATEWAY} did not start: {exc}", pytrace=False)
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
 
 
 @pytest.fixture(scope="session")

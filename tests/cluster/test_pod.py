@@ -2,12 +2,12 @@
 cpu overlay applied through a test overlay (:func:`write_test_overlay`), the pod Ready through its readiness probe, and
 requests produced from outside the cluster answered.
 
-The test overlay is the documented patch (docs/operations.md "Tested on a real cluster"): the Deployment on the host
-network (the one-node cluster runs no CNI plugin; pods share 127.0.0.1 with the broker), its image used as imported
-(``imagePullPolicy: Never``), requests small enough for a 2-core node, the ConfigMap pointing at the tests' broker
-(PLAINTEXT) and topics, the HTTP port one the kernel chose; the two Secrets the pod mounts made with placeholder
-contents (Strimzi would write them). Everything else is the overlay as shipped: probes, security context, grace
-period, PodDisruptionBudget.
+The test overlay is the documented patch (docs/operations.md "Tested on a real cluster"): the image used as imported
+(``imagePullPolicy: Never``), requests small enough for a 2-core node, ``dnsPolicy: Default`` (no cluster DNS runs;
+the broker is an address), the ConfigMap pointing at the tests' broker (PLAINTEXT, at the pods' bridge gateway:
+:mod:`harness.cluster.network`) and topics; the two Secrets the pod mounts made with placeholder contents (Strimzi
+would write them). Everything else is the overlay as shipped: each pod on the pod network with its own address and
+the shipped HTTP port, probes, security context, grace period, PodDisruptionBudget.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ import pytest
 import yaml
 
 from harness.cluster import REPO, node
-from harness.ports import free_port
 from producer_tools.produce import digits_requests, send_all
 from producer_tools.results import collect
 from producer_tools.topics import ensure_topics
 from tests.cluster.conftest import Kubectl, events, render
+from tests.cluster.load import Step, clock, measure, report_of, under_load
 
 pytestmark = pytest.mark.cluster
 IMAGE = f"streaminfer:{os.environ.get('IMAGE_TAG', '0.1.0')}-cpu"
@@ -58,9 +58,7 @@ def ensure_image(image: str = IMAGE) -> None:
         )
 
 
-def write_test_overlay(
-    folder: Path, ns: str, bootstrap: str, topics: dict[str, str], http_port: int, **settings: str
-) -> Path:
+def write_test_overlay(folder: Path, ns: str, bootstrap: str, topics: dict[str, str], **settings: str) -> Path:
     """Write the test overlay (a kustomization over k8s/overlays/cpu) into ``folder``; returns it."""
     folder.mkdir(parents=True, exist_ok=True)
     config = {
@@ -70,7 +68,6 @@ def write_test_overlay(
         "STREAMINFER_REQUESTS_TOPIC": topics["requests"],
         "STREAMINFER_RESULTS_TOPIC": topics["results"],
         "STREAMINFER_DEAD_LETTER_TOPIC": topics["dlq"],
-        "STREAMINFER_HTTP_PORT": str(http_port),
         "STREAMINFER_INTRA_OP_THREADS": "1",
         **settings,
     }
@@ -81,7 +78,6 @@ def write_test_overlay(
         "spec": {
             "template": {
                 "spec": {
-                    "hostNetwork": True,
                     "dnsPolicy": "Default",
                     "containers": [
                         {
@@ -110,18 +106,6 @@ def write_test_overlay(
                 )
             },
             {"patch": yaml.safe_dump(deployment)},
-            {  # the one port, renumbered (a strategic merge would add a second "http" port)
-                "target": {"kind": "Deployment", "name": "streaminfer"},
-                "patch": yaml.safe_dump(
-                    [
-                        {
-                            "op": "replace",
-                            "value": http_port,
-                            "path": "/spec/template/spec/containers/0/ports/0/containerPort",
-                        }
-                    ]
-                ),
-            },
         ],
     }
     (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
@@ -180,7 +164,7 @@ def deploy(whole_cluster: Kubectl, namespace: Callable[[str], str], kafka_bootst
         )
         for secret, key in (("streaminfer", "password"), ("my-cluster-cluster-ca-cert", "ca.crt")):
             kubectl("create", "secret", "generic", secret, "-n", ns, f"--from-literal={key}=placeholder")
-        folder = write_test_overlay(tmp_path / ns, ns, kafka_bootstrap, topics, free_port(), **settings)
+        folder = write_test_overlay(tmp_path / ns, ns, kafka_bootstrap, topics, **settings)
         t0 = time.monotonic()
         kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(render(folder, kubectl)))
         _wait_rollout(kubectl, ns)
@@ -199,6 +183,8 @@ def test_the_pod_is_ready_through_its_probe_and_answers_requests_from_outside(de
     assert ready["Ready"] == "True"
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
     assert pod["spec"]["securityContext"]["runAsUser"] == 10001
+    assert not pod["spec"].get("hostNetwork")
+    _in_pod_network(pods)
 
     records = list(digits_requests(uuid.uuid4().hex[:6], HELDOUT, limit=500))
     t0 = time.monotonic()
@@ -228,8 +214,8 @@ async def _disrupted(bootstrap: str, topic: str, records: list[Any], rate: float
 
 def test_a_pod_deleted_under_load_loses_nothing_and_answers_each_request_once(deploy: Deploy, kubectl: Kubectl) -> None:
     """``kubectl delete pod`` (the kubelet's SIGTERM, the consumer's drain within the 30 s grace period) while
-    requests arrive, delivery exactly_once: the Deployment's next pod (scheduled once the old one is gone: the host
-    port is the node's) takes over from the committed offsets; read_committed sees every answer once."""
+    requests arrive, delivery exactly_once: the Deployment's next pod (made as soon as the old one is terminating)
+    takes over from the committed offsets; read_committed sees every answer once."""
     deployed = deploy(STREAMINFER_DELIVERY="exactly_once")
     ns, topics, bootstrap = deployed["ns"], deployed["topics"], deployed["bootstrap"]
     old = _pod_status(kubectl, ns)[0]["metadata"]["name"]
@@ -268,3 +254,209 @@ def test_a_pod_deleted_under_load_loses_nothing_and_answers_each_request_once(de
     assert report.missing == []
     assert report.duplicates == 0
     assert report.results == len(records)
+
+
+#: Seconds each step keeps running once its pods settled (the consumer group's rebalance onto what is left).
+SETTLE_S = 4.0
+CONSUMERS = "app.kubernetes.io/component=consumer"
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+    return conditions.get("Ready") == "True" and not pod["metadata"].get("deletionTimestamp")
+
+
+def _wait_pods(kubectl: Kubectl, ns: str, count: int, timeout_s: float = 180) -> list[dict[str, Any]]:
+    """Poll until the namespace has exactly ``count`` consumer pods, each Ready (no terminating one left); them.
+    (kubectl wait has no "exactly N"; the ReplicaSet's pods come and go under it.)"""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pods = _pod_status(kubectl, ns)
+        if len(pods) == count and all(_ready(p) for p in pods):
+            return pods
+        time.sleep(0.5)
+    pytest.fail(f"not {count} Ready pods after {timeout_s:.0f} s:\n{events(kubectl, ns)}", pytrace=False)
+
+
+def _in_pod_network(pods: list[dict[str, Any]]) -> list[str]:
+    """The pods' addresses, each checked to be its own on the bridge's subnet (not the host's)."""
+    import ipaddress
+
+    from harness.cluster import network
+
+    ips = [p["status"]["podIP"] for p in pods]
+    assert len(set(ips)) == len(ips), ips
+    assert all(ipaddress.ip_address(ip) in ipaddress.ip_network(network.SUBNET) for ip in ips), ips
+    assert all(ip != p["status"]["hostIP"] for ip, p in zip(ips, pods, strict=True)), ips
+    return ips
+
+
+def _step(name: str, act: Callable[[], str]) -> Step:
+    """Run ``act`` (kubectl until the pods settled; returns a note) as the step ``name``, then :data:`SETTLE_S`."""
+    step = Step(name, clock())
+    t0 = time.monotonic()
+    step.note = act()
+    step.action_s = time.monotonic() - t0
+    time.sleep(SETTLE_S)
+    step.end = clock()
+    return step
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
+def test_scaled_to_two_and_back_and_restarted_under_load_loses_nothing(
+    deploy: Deploy, kubectl: Kubectl, delivery: str
+) -> None:
+    """``kubectl scale`` to 2 (a second pod of its own address joins the group), back to 1 (the kubelet's SIGTERM
+    and grace period for the one removed: it drains, commits and leaves the group) and ``kubectl rollout restart``
+    (a surge pod, then the old one stopped), while requests arrive from outside at 100/s: every request answered,
+    and under exactly_once (read_committed) each once."""
+    deployed = deploy(STREAMINFER_DELIVERY=delivery)
+    ns, topics, bootstrap = deployed["ns"], deployed["topics"], deployed["bootstrap"]
+    deploy_ = ["deployment/streaminfer", "-n", ns]
+
+    def scale(replicas: int) -> Callable[[], str]:
+        def act() -> str:
+            before = {p["metadata"]["name"] for p in _pod_status(kubectl, ns)}
+            kubectl("scale", *deploy_, f"--replicas={replicas}")
+            pods = _wait_pods(kubectl, ns, replicas)
+            after = {p["metadata"]["name"] for p in pods}
+            return f"pods {sorted(after)} at {_in_pod_network(pods)}; stopped {sorted(before - after)}"
+
+        return act
+
+    def restart() -> str:
+        before = {p["metadata"]["name"] for p in _pod_status(kubectl, ns)}
+        kubectl("rollout", "restart", *deploy_)
+        _wait_rollout(kubectl, ns)
+        pods = _wait_pods(kubectl, ns, 1)
+        after = {p["metadata"]["name"] for p in pods}
+        assert not before & after, (before, after)
+        return f"{sorted(before)} replaced by {sorted(after)}"
+
+    def steps() -> list[Step]:
+        return [_step("scale 1->2", scale(2)), _step("scale 2->1", scale(1)), _step("rollout restart", restart)]
+
+    t0 = time.monotonic()
+    sent, done = asyncio.run(under_load(bootstrap, topics["requests"], HELDOUT, steps))
+    report = report_of(bootstrap, topics, sent, delivery == "exactly_once")
+    print(
+        f"cluster scale/restart ({delivery}): {report.results} of {len(sent)} answered "
+        f"{time.monotonic() - t0:.1f} s after the first send, missing {len(report.missing)}, "
+        f"duplicates {report.duplicates}\n{measure(report, done)}"
+    )
+    assert report.missing == []
+    assert report.results == len(sent)
+    assert report.dead_letters == 0
+    if delivery == "exactly_once":
+        assert report.duplicates == 0
+
+
+def _drain(kubectl: Kubectl, timeout_s: int) -> subprocess.CompletedProcess[str]:
+    return kubectl(
+        "drain",
+        node.NODE_NAME,
+        f"--pod-selector={CONSUMERS}",
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        f"--timeout={timeout_s}s",
+        check=False,
+        timeout_s=timeout_s + 30,
+    )
+
+
+def _disruptions_allowed(kubectl: Kubectl, ns: str, wanted: int, timeout_s: float = 30) -> None:
+    """Wait until the disruption controller counted the PDB's allowed disruptions as ``wanted``."""
+    deadline = time.monotonic() + timeout_s
+    got = ""
+    while time.monotonic() < deadline:
+        got = kubectl("get", "pdb", "streaminfer", "-n", ns, "-o", "jsonpath={.status.disruptionsAllowed}").stdout
+        if got == str(wanted):
+            return
+        time.sleep(0.5)
+    pytest.fail(f"the PDB allows {got!r} disruptions, not {wanted}", pytrace=False)
+
+
+def _said(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """The kubectl output's lines that hold any of ``words``, joined (for the step's note)."""
+    text = result.stdout + result.stderr
+    return " | ".join(sorted({line.strip() for line in text.splitlines() if any(w in line for w in words)}))
+
+
+def test_a_node_drain_honours_the_pod_disruption_budget(deploy: Deploy, kubectl: Kubectl) -> None:
+    """``kubectl drain`` of the one node under load (at_least_once), three times:
+
+    1. one pod, the PDB as shipped (``maxUnavailable: 1``): the budget allows one disruption, so the only pod is
+       evicted and the drain passes; its replacement stays Pending on the cordoned node until ``uncordon``: an
+       outage the shipped budget does not prevent with one replica;
+    2. one pod, the PDB patched to ``minAvailable: 1``: the eviction is refused (429), the drain times out, the pod
+       keeps serving;
+    3. two pods, ``minAvailable: 1``: one is evicted, the other's eviction refused until the first one's
+       replacement is Ready, which on a cordoned single node never comes: the drain times out with one pod serving.
+
+    Every request is answered in the end."""
+    deployed = deploy(STREAMINFER_DELIVERY="at_least_once")
+    ns, topics, bootstrap = deployed["ns"], deployed["topics"], deployed["bootstrap"]
+    budget = ["pdb", "streaminfer", "-n", ns]
+
+    def uncordoned(count: int) -> str:
+        kubectl("uncordon", node.NODE_NAME)
+        return f"uncordoned: {len(_wait_pods(kubectl, ns, count))} Ready"
+
+    def shipped_budget() -> str:
+        _disruptions_allowed(kubectl, ns, 1)
+        drained = _drain(kubectl, 60)
+        assert drained.returncode == 0, drained.stderr
+        pending = _pod_status(kubectl, ns)
+        assert [p["status"]["phase"] for p in pending] == ["Pending"], pending
+        return f"drain rc 0: {_said(drained, 'evicted', 'drained')}; replacement Pending; {uncordoned(1)}"
+
+    def min_available_one_pod() -> str:
+        kubectl(
+            "patch",
+            *budget,
+            "--type=json",
+            "-p",
+            json.dumps(
+                [
+                    {"op": "remove", "path": "/spec/maxUnavailable"},
+                    {"op": "add", "path": "/spec/minAvailable", "value": 1},
+                ]
+            ),
+        )
+        _disruptions_allowed(kubectl, ns, 0)
+        drained = _drain(kubectl, 15)
+        assert drained.returncode != 0, drained.stdout
+        assert "disruption budget" in drained.stdout + drained.stderr, drained.stderr
+        assert [_ready(p) for p in _pod_status(kubectl, ns)] == [True]
+        return f"drain rc {drained.returncode}: {_said(drained, 'budget', 'evicted')}; {uncordoned(1)}"
+
+    def min_available_two_pods() -> str:
+        kubectl("scale", "deployment/streaminfer", "-n", ns, "--replicas=2")
+        _wait_pods(kubectl, ns, 2)
+        _disruptions_allowed(kubectl, ns, 1)
+        drained = _drain(kubectl, 30)
+        pods = _pod_status(kubectl, ns)
+        phases = sorted((p["status"]["phase"], _ready(p)) for p in pods)
+        assert drained.returncode != 0, drained.stdout
+        assert "evicted" in drained.stdout, drained.stdout
+        assert phases == [("Pending", False), ("Running", True)], phases
+        return f"drain rc {drained.returncode}: {_said(drained, 'evicted', 'budget')}; pods {phases}; {uncordoned(2)}"
+
+    def steps() -> list[Step]:
+        try:
+            return [
+                _step("drain, 1 pod, maxUnavailable 1", shipped_budget),
+                _step("drain, 1 pod, minAvailable 1", min_available_one_pod),
+                _step("drain, 2 pods, minAvailable 1", min_available_two_pods),
+            ]
+        finally:
+            kubectl("uncordon", node.NODE_NAME, check=False)
+
+    sent, done = asyncio.run(under_load(bootstrap, topics["requests"], HELDOUT, steps, rate=50.0))
+    report = report_of(bootstrap, topics, sent, exactly_once=False)
+    print(
+        f"cluster drain (at_least_once): {report.results} of {len(sent)} answered, missing {len(report.missing)}, "
+        f"duplicates {report.duplicates}\n{measure(report, done)}"
+    )
+    assert report.missing == []
+    assert report.results == len(sent)

@@ -143,7 +143,7 @@ def check_prometheus_operator(doc: Doc) -> None:
         assert "port" in endpoint or "targetPort" in endpoint
 
 
-#: Strimzi v1beta2 ACL resource types and operations (the KafkaUser reference, ``AclRule``).
+#: Strimzi v1 ACL resource types and operations (the KafkaUser reference, ``AclRule``).
 STRIMZI_ACL_TYPES = {"topic", "group", "cluster", "transactionalId"}
 STRIMZI_ACL_OPERATIONS = {
     "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "AlterConfigs", "DescribeConfigs",
@@ -152,7 +152,7 @@ STRIMZI_ACL_OPERATIONS = {
 
 
 def check_strimzi(doc: Doc) -> None:
-    assert doc["apiVersion"] == "kafka.strimzi.io/v1beta2"
+    assert doc["apiVersion"] == "kafka.strimzi.io/v1"
     assert doc["metadata"].get("labels", {}).get("strimzi.io/cluster"), f"{doc['kind']} needs strimzi.io/cluster"
     if doc["kind"] == "KafkaUser":
         _require(doc, "spec.authentication.type", "spec.authorization.acls")

@@ -19,6 +19,8 @@ from consumer import fate
 from consumer.config import Settings
 from consumer.errors import DeadLetterReason
 from consumer.ops.metrics import Metrics
+from consumer.shadow.compare import Plan
+from consumer.shadow.metrics import ShadowMetrics
 from harness.bench import report
 from scripts import settings_table
 from scripts.settings_table import shown
@@ -124,6 +126,7 @@ def exposed_metric_names() -> list[str]:
     info in _info)."""
     registry = CollectorRegistry()
     Metrics(registry)
+    ShadowMetrics(registry, Plan())  # with shadow_model_path set (consumer.shadow)
     suffix = {"counter": "_total", "info": "_info"}
     return [family.name + suffix.get(family.type, "") for family in registry.collect()]
 
