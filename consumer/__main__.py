@@ -41,6 +41,8 @@ from consumer.ops.health import HealthChecks, serve
 from consumer.ops.logs import setup_logging
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing, from_environment
+from consumer.shadow.candidate import check_record as check_shadow_record
+from consumer.shadow.candidate import load_candidate
 from consumer.signature import ModelSignature
 from consumer.work import Limits
 
@@ -126,6 +128,11 @@ def _load_and_serve(
             log.error("%s", exc)
             return EXIT_CONFIG
         log.info("validation record %s", json.dumps(record_summary(record)))
+    try:
+        check_shadow_record(settings)  # as for validation_record: before any model is loaded
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return EXIT_CONFIG
     mapping = None
     try:
         runner = load_runner(settings)
@@ -139,6 +146,7 @@ def _load_and_serve(
         else:
             log.info("warming up at batch sizes %s, %d runs each", sizes, settings.warmup_runs)
         runner.warmup(sizes, settings.warmup_runs, lengths)
+        candidate = load_candidate(settings, runner, warmup_sample=_warmup_of(settings), checked=True)
     except ConfigError as exc:  # a setting the loaded model shows to be wrong (image_preprocessing)
         log.error("%s", exc)
         return EXIT_CONFIG
@@ -157,7 +165,13 @@ def _load_and_serve(
     checks.provider_ok = on_gpu or not settings.require_gpu
     checks.warm = True
     app = StreamInferApp(
-        settings, runner, metrics, suppressed_client_logs=suppressed_client_logs, tracing=tracing, mapping=mapping
+        settings,
+        runner,
+        metrics,
+        suppressed_client_logs=suppressed_client_logs,
+        tracing=tracing,
+        mapping=mapping,
+        candidate=candidate,
     )
     settle_garbage_collector()
     return asyncio.run(serve_until_signal(app, checks))
@@ -172,16 +186,25 @@ def load_runner(settings: Settings) -> OnnxRunner:
             not a valid request for the model.
         ConfigError: ``image_preprocessing`` does not fit the model.
     """
+    return OnnxRunner.load(
+        settings.model_path,
+        SessionOptions.from_settings(settings),
+        warmup_sample=_warmup_of(settings),
+        answer_encoders=(check_enriched,) if settings.enrich else (check_output,),
+    )
+
+
+def _warmup_of(settings: Settings) -> Callable[[ModelSignature], dict[str, np.ndarray]] | None:
+    """The probe and warmup rows of ``warmup_request`` (:func:`warmup_sample`), or None for placeholder rows.
+
+    Raises:
+        ModelError: ``warmup_request`` cannot be read.
+    """
     try:
         warmup = settings.warmup_request.read_bytes() if settings.warmup_request is not None else None
     except OSError as exc:
         raise ModelError(f"warmup_request: {exc}") from None
-    return OnnxRunner.load(
-        settings.model_path,
-        SessionOptions.from_settings(settings),
-        warmup_sample=None if warmup is None else functools.partial(warmup_sample, warmup),
-        answer_encoders=(check_enriched,) if settings.enrich else (check_output,),
-    )
+    return None if warmup is None else functools.partial(warmup_sample, warmup)
 
 
 def warmup_sample(value: bytes, signature: ModelSignature) -> dict[str, np.ndarray]:

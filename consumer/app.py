@@ -60,6 +60,8 @@ class StreamInferApp:
         tracing: OpenTelemetry spans (:func:`consumer.ops.tracing.from_environment`), or None: traces off.
         mapping: events: the input mapping checked when the model was loaded (``consumer.__main__``); None: loaded
             when the stages are built.
+        candidate: ``shadow_model_path``'s model, loaded and checked (``consumer.__main__``); None: loaded when
+            the stages are built, if the setting is set.
     """
 
     def __init__(
@@ -75,9 +77,11 @@ class StreamInferApp:
         suppressed_client_logs: Callable[[], int] | None = None,
         tracing: Tracing | None = None,
         mapping: InputMapping | None = None,
+        candidate: OnnxRunner | None = None,
     ) -> None:
         self._tracing = tracing
         self._mapping = mapping
+        self._candidate = candidate
         self.settings = settings
         self.runner = runner
         self.metrics = metrics
@@ -110,7 +114,9 @@ class StreamInferApp:
         Raises:
             aiokafka.errors.KafkaError: the broker cannot be reached.
             ConfigError: the result schema is missing and may not be registered, or registering it was refused.
-            ModelError: the requests subject's latest writer schema cannot feed the model as mapped.
+            ModelError: the requests subject's latest writer schema cannot feed the model as mapped; the shadow
+                candidate cannot be loaded.
+            ConfigError: the shadow candidate is refused (:mod:`consumer.shadow.candidate`).
         """
         clients = self._clients or KafkaClients(self.settings, kafka_security_kwargs(self.settings))
         stages = build_stages(
@@ -124,6 +130,7 @@ class StreamInferApp:
             fail=self._fail,
             tracing=self._tracing,
             mapping=self._mapping,
+            candidate=self._candidate,
         )
         self.stages = stages
         if stages.schemas is not None:

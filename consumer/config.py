@@ -212,6 +212,29 @@ class Settings(BaseSettings):
         "whose sha256 differs (exit 2, both hashes named) and logs its summary; records with a value outside an "
         "input's recorded range are counted (streaminfer_input_out_of_range_total{input}) and still served.",
     )
+    shadow_model_path: Path | None = Field(
+        None,
+        description="A candidate ONNX model scored in the shadow of the serving one, on the same micro-batches, in "
+        "its own thread, after the answers are handed to the publisher: it never changes what is served or "
+        "committed (docs/models.md, Shadow scoring). Start-up fails (exit 2) when it cannot take the serving "
+        "model's inputs.",
+    )
+    shadow_validation_record: Path | None = Field(
+        None,
+        description="The candidate's validation record: start-up refuses a shadow_model_path whose sha256 differs "
+        "(exit 2, both hashes named).",
+    )
+    shadow_results_topic: str | None = Field(
+        None,
+        description="Where the candidate's answers go (same key and correlation ID, its own model_version), through "
+        "a producer of its own: at-least-once and outside exactly_once's transactions; None: compared only.",
+    )
+    shadow_max_pending: int = Field(
+        2,
+        ge=1,
+        description="Micro-batches waiting for the candidate, at most; one more is shed whole "
+        "(streaminfer_shadow_shed_batches_total) rather than slow the consumer, batches.",
+    )
     tokenizer_path: Path | None = Field(
         None, description="tokenizer.json of a sequence model: text requests (BYTES input) are tokenized with it."
     )
@@ -409,6 +432,16 @@ class Settings(BaseSettings):
                 raise ValueError("image_preprocessing must be a JSON object")
         if self.validation_record is not None and not self.validation_record.is_file():
             raise ValueError(f"validation_record {str(self.validation_record)!r} is not a file")
+        if self.shadow_model_path is not None and not self.shadow_model_path.is_file():
+            raise ValueError(f"shadow_model_path {str(self.shadow_model_path)!r} is not a file")
+        if self.shadow_model_path is None and (self.shadow_validation_record or self.shadow_results_topic):
+            raise ValueError("shadow_validation_record and shadow_results_topic need shadow_model_path")
+        if self.shadow_validation_record is not None and not self.shadow_validation_record.is_file():
+            raise ValueError(f"shadow_validation_record {str(self.shadow_validation_record)!r} is not a file")
+        if self.shadow_results_topic in {self.requests_topic, self.results_topic, self.dead_letter_topic}:
+            raise ValueError(
+                "shadow_results_topic must differ from requests_topic, results_topic and dead_letter_topic"
+            )
         if self.warmup_request is not None and not self.warmup_request.is_file():
             raise ValueError(f"warmup_request {str(self.warmup_request)!r} is not a file")
         if self.request_format == "avro" and not self.schema_registry_url:

@@ -23,6 +23,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,23 @@ INLINE_BELOW_S = 0.001
 #: a GPU wants the larger batches.
 CPU_BATCH_TOKENS = 2048
 GPU_BATCH_TOKENS = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A micro-batch (or a bisected part of one) that ran, as a shadow model sees it (:mod:`consumer.shadow`).
+
+    Attributes:
+        batch: its items, in order (their results or errors already set).
+        requests: their requests, in the same order.
+        outputs: the serving model's outputs, name -> ``[sum of the requests' rows, ...]``.
+        length: sequence models: the padded length, tokens (0 otherwise).
+    """
+
+    batch: Sequence[Work]
+    requests: Sequence[DecodedRequest]
+    outputs: Mapping[str, np.ndarray]
+    length: int
 
 
 class BatchRunner:
@@ -134,19 +152,23 @@ class BatchRunner:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
 
-    async def run(self, batch: Sequence[Work], buffers: BatchBuffers) -> None:
+    async def run(self, batch: Sequence[Work], buffers: BatchBuffers, scored: list[Scored] | None = None) -> None:
         """Run ``batch`` (every item holds a request) and set each item's ``result`` or ``error``.
+
+        Args:
+            scored: a shadow model is on: every part of the batch that ran is appended (one :class:`Scored`, more
+                after a bisection), for the delivery mode to offer once the answers are handed to the publisher.
 
         Never raises for a record's fault: a failing batch is bisected so that only the culprit is dead-lettered.
         """
         if self._tracing is None:
-            await self._run(batch, buffers)
+            await self._run(batch, buffers, scored)
             return
         rows = sum(w.request.rows for w in batch if w.request is not None)
         with self._tracing.batch(batch, rows, self.runner.signature.name, self.runner.provider):
-            await self._run(batch, buffers)
+            await self._run(batch, buffers, scored)
 
-    async def _run(self, batch: Sequence[Work], buffers: BatchBuffers) -> None:
+    async def _run(self, batch: Sequence[Work], buffers: BatchBuffers, scored: list[Scored] | None) -> None:
         requests = [w.request for w in batch if w.request is not None]
         started = self._clock()
         feeds, rows, length = self._assemble(requests, buffers)
@@ -182,8 +204,8 @@ class BatchRunner:
                 # record (and a batch too large for the memory left runs as smaller ones).
                 self._metrics.batch_failures.inc()
                 mid = len(batch) // 2
-                await self.run(batch[:mid], buffers)
-                await self.run(batch[mid:], buffers)
+                await self.run(batch[:mid], buffers, scored)
+                await self.run(batch[mid:], buffers, scored)
                 return
         done = self._clock()
         self._stage_seconds["infer"].inc(done - ran)
@@ -191,6 +213,8 @@ class BatchRunner:
         self._metrics.batch_rows.observe(rows)
         self._answers.shape(batch, requests, outputs, length)
         self._stage_seconds["encode"].inc(self._clock() - done)
+        if scored is not None:
+            scored.append(Scored(batch, requests, outputs, length))
 
     def _assemble(self, requests: Sequence[DecodedRequest], buffers: BatchBuffers) -> tuple[dict[str, Any], int, int]:
         """Feeds for ONNX Runtime and (rows, padded length in tokens or 0)."""

@@ -32,6 +32,7 @@ from consumer.budget import InFlight
 from consumer.delivery.committer import Committer
 from consumer.delivery.publisher import Publisher
 from consumer.delivery.stages import Stages, backoff, wait_until
+from consumer.inference import Scored
 from consumer.model.buffers import BatchBuffers
 from consumer.work import Work
 
@@ -91,14 +92,17 @@ class AtLeastOnce:
         """
         st = self._stages
         try:
+            await st.start_shadow()
             await self.publisher.start()
         except BaseException:
             await st.source.stop()  # never started: closes what the client opened in its constructor
+            await st.stop_shadow()
             raise
         try:
             await st.source.start(self.on_revoked, self.on_assigned)
         except BaseException:
             await self.publisher.close()
+            await st.stop_shadow()
             raise
         st.inference.start()
         self.tasks = [
@@ -133,6 +137,7 @@ class AtLeastOnce:
             await st.quietly("leaving the group", st.source.stop())
         await st.quietly("closing the producer", self.publisher.close())
         st.inference.close()
+        await st.stop_shadow()
         st.intake.close()
 
     async def _drain(self, batch: asyncio.Task[None] | None) -> None:
@@ -192,11 +197,15 @@ class AtLeastOnce:
             await asyncio.gather(*list(self._batches))
 
     async def _run_batch(self, batch: list[Work], buffers: BatchBuffers) -> None:
+        shadow = self._stages.shadow
+        scored: list[Scored] | None = [] if shadow is not None else None
         try:
-            await self._stages.inference.run(batch, buffers)
+            await self._stages.inference.run(batch, buffers, scored)
         finally:
             self._slots.put_nowait(buffers)
         self.publisher.answered(batch)
+        if shadow is not None and scored:
+            shadow.offer(scored)  # after the hand-over, never waits: consumer.shadow.scorer
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
         self._batches.discard(task)

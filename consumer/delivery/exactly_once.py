@@ -38,6 +38,7 @@ from consumer.budget import InFlight
 from consumer.delivery.stages import Stages, backoff
 from consumer.delivery.transactions import PartitionTransactions
 from consumer.delivery.writer import Sent
+from consumer.inference import Scored
 from consumer.kafka.clients import ProducerClient
 from consumer.kafka.source import Fetched
 from consumer.work import Work
@@ -99,7 +100,17 @@ class ExactlyOnce:
         Raises:
             aiokafka.errors.KafkaError: the broker cannot be reached.
         """
-        await self._stages.source.start(self.on_revoked, self.on_assigned)
+        try:
+            await self._stages.start_shadow()
+        except BaseException:
+            await self._stages.source.stop()  # never started: closes what the client opened in its constructor
+            await self._stages.stop_shadow()
+            raise
+        try:
+            await self._stages.source.start(self.on_revoked, self.on_assigned)
+        except BaseException:
+            await self._stages.stop_shadow()
+            raise
         self._stages.inference.start()
         self.tasks = [asyncio.create_task(self._loop(), name="streaminfer-transactional")]
 
@@ -120,6 +131,7 @@ class ExactlyOnce:
         if self.tasks:
             await st.quietly("leaving the group", st.source.stop())
         st.inference.close()
+        await st.stop_shadow()
         st.intake.close()
 
     async def _loop(self) -> None:
@@ -146,9 +158,12 @@ class ExactlyOnce:
                 for work in works:
                     st.writer.ladder.resume(work)
                 self.held.add(works)
-                await self._answer(works)
+                scored = await self._answer(works)
                 for tp, group in groupby(works, key=lambda w: w.tp):
                     await self._write(transactions, tp, list(group))
+                if scored:  # after the answers are in their transactions; never waits: consumer.shadow.scorer
+                    assert st.shadow is not None
+                    st.shadow.offer(scored)
             if st.clock() >= deadline or self.held.full:
                 break
         await asyncio.gather(*(self._commit(tp, txn) for tp, txn in transactions.items()))
@@ -170,14 +185,17 @@ class ExactlyOnce:
             await asyncio.gather(fetch, return_exceptions=True)
         return fetch.result() if not fetch.cancelled() else {}
 
-    async def _answer(self, works: list[Work]) -> None:
-        """Run every request of a chunk, micro-batch after micro-batch."""
+    async def _answer(self, works: list[Work]) -> list[Scored] | None:
+        """Run every request of a chunk, micro-batch after micro-batch; what ran, for the shadow model (None when
+        there is none)."""
         st = self._stages
         batcher = st.batcher(0)
         st.queue(batcher, [w for w in works if w.request is not None])
         batcher.close()
+        scored: list[Scored] | None = [] if st.shadow is not None else None
         while (batch := batcher.pop_ready(st.clock())) is not None:
-            await st.inference.run(batch, self._buffers)
+            await st.inference.run(batch, self._buffers, scored)
+        return scored
 
     async def _write(
         self, transactions: dict[TopicPartition, _Transaction], tp: TopicPartition, works: list[Work]

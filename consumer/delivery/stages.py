@@ -34,6 +34,8 @@ from consumer.offsets import OffsetTracker
 from consumer.ops.metrics import Metrics
 from consumer.ops.progress import Progress
 from consumer.ops.tracing import Tracing
+from consumer.shadow.candidate import load_candidate
+from consumer.shadow.scorer import ShadowScorer, build_shadow
 from consumer.timeouts import Backoff, within
 from consumer.work import Limits, Work
 
@@ -66,6 +68,8 @@ class Stages:
         fail: reports a failed background task (the process then stops with exit code 1).
         tracing: OpenTelemetry spans (:mod:`consumer.ops.tracing`), or None when traces are off.
         schemas: Avro events: the schema registry's writer and result schemas; None otherwise.
+        shadow: ``shadow_model_path``: the candidate's scorer, offered each micro-batch once its answers were
+            handed over (:mod:`consumer.shadow`); None otherwise.
     """
 
     settings: Settings
@@ -83,6 +87,7 @@ class Stages:
     fail: Fail
     tracing: Tracing | None = None
     schemas: Schemas | None = None
+    shadow: ShadowScorer | None = None
     #: Whether the group was joined once (the "serving" line is logged then, not before).
     served: bool = False
 
@@ -122,6 +127,20 @@ class Stages:
             key, tokens = lane(work.request)
             entries.append((work, work.rows, key, tokens))
         batcher.put_many(entries)
+
+    async def start_shadow(self) -> None:
+        """Start the shadow scorer's thread and producer, if any (:mod:`consumer.shadow`).
+
+        Raises:
+            aiokafka.errors.KafkaError: ``shadow_results_topic``'s producer cannot reach the broker.
+        """
+        if self.shadow is not None:
+            await self.shadow.start()
+
+    async def stop_shadow(self) -> None:
+        """Stop the shadow scorer, if any, once the served answers are done with (started or not)."""
+        if self.shadow is not None:
+            await self.shadow.stop()
 
     def mine(self, works: list[Work]) -> list[Work]:
         """``works`` but for the records of partitions revoked while their chunk was decoded (dropped: the fate
@@ -174,16 +193,20 @@ def build_stages(
     fail: Fail,
     tracing: Tracing | None = None,
     mapping: InputMapping | None = None,
+    candidate: OnnxRunner | None = None,
 ) -> Stages:
     """Every stage, wired to one tracker and one progress mark.
 
     Args:
         mapping: events (``request_format`` json or avro): the input mapping (:func:`consumer.events.mapping.
             load_mapping`, checked when the model was loaded); None: loaded here.
+        candidate: ``shadow_model_path``'s model, loaded and checked (:func:`consumer.shadow.candidate.
+            load_candidate`); None: loaded here when the setting is set.
 
     Raises:
-        consumer.errors.ModelError: the tokenizer cannot be loaded, or the model cannot be fed from events as mapped.
-        consumer.errors.ConfigError: ``validation_record`` cannot be read.
+        consumer.errors.ModelError: the tokenizer cannot be loaded, the model cannot be fed from events as mapped,
+            or the shadow candidate cannot be loaded.
+        consumer.errors.ConfigError: ``validation_record`` cannot be read; the shadow candidate is refused.
     """
     s = settings
     sequence = runner.signature.sequence
@@ -232,6 +255,8 @@ def build_stages(
         results_topic=s.results_topic, dead_letter_topic=s.dead_letter_topic, group_id=s.group_id, enrich=s.enrich
     )
     writer = AnswerWriter(records, SizeLadder(s.producer_max_request_bytes), metrics, clock, wall_clock)
+    candidate = candidate or load_candidate(s, runner)
+    shadow = build_shadow(s, candidate, runner.signature, metrics.registry, clients, clock) if candidate else None
     return Stages(
         settings=s,
         metrics=metrics,
@@ -258,6 +283,7 @@ def build_stages(
         fail=fail,
         tracing=tracing,
         schemas=schemas,
+        shadow=shadow,
     )
 
 

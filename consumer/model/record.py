@@ -67,14 +67,14 @@ class ValidationRecord:
     data: Mapping[str, Any]
 
 
-def load_record(path: Path) -> ValidationRecord:
-    """Read a validation record.
+def load_record(path: Path, setting: str = "validation_record") -> ValidationRecord:
+    """Read a validation record (``setting``: the setting named in errors, e.g. ``shadow_validation_record``).
 
     Raises:
         ConfigError: the file cannot be read, is not JSON, is of another ``format``, or lacks ``sha256`` or a
             well-formed ``inputs.<name>.range`` (the setting and the problem named).
     """
-    where = f"validation_record {str(path)!r}"
+    where = f"{setting} {str(path)!r}"
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -100,19 +100,23 @@ def load_record(path: Path) -> ValidationRecord:
     return ValidationRecord(path, sha, ranges, data)
 
 
-def check_model(record: ValidationRecord, model_path: Path) -> None:
-    """The model file is the one the record describes.
+def check_model(
+    record: ValidationRecord, model_path: Path, settings: tuple[str, str] = ("model_path", "validation_record")
+) -> None:
+    """The model file is the one the record describes (``settings``: the model's and the record's setting names,
+    e.g. ``("shadow_model_path", "shadow_validation_record")``).
 
     Raises:
         ConfigError: its SHA-256 differs (both hashes named) or it cannot be read.
     """
+    model_setting, record_setting = settings
     try:
         actual = file_sha256(model_path)
     except OSError as exc:
-        raise ConfigError(f"model_path {str(model_path)!r}: {exc}") from None
+        raise ConfigError(f"{model_setting} {str(model_path)!r}: {exc}") from None
     if actual != record.sha256:
         raise ConfigError(
-            f"model_path {str(model_path)!r} is not the model validation_record {str(record.path)!r} describes: "
+            f"{model_setting} {str(model_path)!r} is not the model {record_setting} {str(record.path)!r} describes: "
             f"its sha256 is {actual}, the record's is {record.sha256}"
         )
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -83,6 +83,10 @@ def decode_request(
         images: image models: a request whose one input is the image input (BYTES or UINT8) is returned pending
             (its images checked but not decoded: :meth:`consumer.model.vision.ImageEncoder.finish` does that).
 
+    What every request shares is checked first (:func:`_envelope`), then the request by its kind: a sequence
+    model's text (:func:`_text_request`), an image model's images (:func:`_image_request`), or tensors, one per
+    model input (:func:`_tensor_request`).
+
     Returns:
         The request with each input as a numpy array of the model's dtype and shape ``[rows, ...]``.
 
@@ -90,6 +94,47 @@ def decode_request(
         DecodeError: reasons invalid_json, not_an_object, invalid_request, too_large.
         ValidationError: reasons missing_input, unknown_input, unknown_output, datatype_mismatch,
             out_of_range, shape_mismatch, ragged, null_value, too_large.
+    """
+    envelope = _envelope(value, signature, limits, json_length)
+    inputs = envelope.inputs
+    if text is not None and set(inputs) == {text.input_name}:
+        return _text_request(envelope, text, signature, limits)
+    if (
+        images is not None
+        and set(inputs) == {images.input_name}
+        and (inputs[images.input_name]["datatype"] in ("BYTES", "UINT8") or signature.input(images.input_name) is None)
+    ):  # images, unless the model has an input of that name and the request feeds it a tensor
+        return _image_request(envelope, images, limits)
+    return _tensor_request(envelope, signature, limits, images)
+
+
+class _Envelope(NamedTuple):
+    """What every request kind shares, checked: the JSON part, ``id``, ``parameters`` and ``outputs``, and the
+    input objects (fields checked, names unique) with their spans of the binary data."""
+
+    #: The JSON part of the value (all of it without the binary data extension).
+    json: bytes
+    request_id: str | None
+    outputs: tuple[str, ...] | None
+    binary_output: bool
+    #: Input objects by name, in request order.
+    inputs: dict[str, dict[str, Any]]
+    #: Binary data extension: each such input's span of the bytes after the JSON part.
+    spans: dict[str, memoryview]
+
+    def may_hold_booleans(self) -> bool:
+        """Whether the JSON part could hold a ``true`` or ``false`` (numpy turns them into 1/0 next to numbers)."""
+        return b"true" in self.json or b"false" in self.json
+
+
+def _envelope(value: bytes | None, signature: ModelSignature, limits: Limits, json_length: int | None) -> _Envelope:
+    """Parse a request value and check what every kind of request shares (:class:`_Envelope`).
+
+    Raises:
+        DecodeError: invalid_json (empty, not JSON), not_an_object, too_large (over ``max_record_bytes``),
+            invalid_request (a bad binary header length, ``id``, ``parameters``, ``inputs`` or input object, binary
+            data sizes that do not add up).
+        ValidationError: unknown_output.
     """
     if not value:
         raise DecodeError(R.INVALID_JSON, "record value is empty or null")
@@ -133,29 +178,58 @@ def decode_request(
             taken += size
     if binary is not None and taken != len(binary):
         raise DecodeError(R.INVALID_REQUEST, f"{len(binary) - taken} bytes of binary data belong to no input")
+    return _Envelope(value, request_id, outputs, binary_output, by_name, spans)
 
-    if text is not None and set(by_name) == {text.input_name}:
-        arrays = _tokenize(by_name[text.input_name], spans.get(text.input_name), text, limits)
-        return _sequence_request(request_id, arrays, outputs, signature, binary_output, limits)
-    if (
-        images is not None
-        and set(by_name) == {images.input_name}
-        and (by_name[images.input_name]["datatype"] in ("BYTES", "UINT8") or signature.input(images.input_name) is None)
-    ):  # images, unless the model has an input of that name and the request feeds it a tensor
-        limit = min(limits.max_record_rows, images.max_images)
-        item = by_name[images.input_name]
-        span = spans.get(images.input_name)
-        if item["datatype"] == "UINT8":  # decoded pixels: checked as any UINT8 tensor, after the pixel budget
-            check_pixels(item["name"], item["shape"], limit, images.max_pixels)
-            spec = TensorSpec(item["name"], np.dtype(np.uint8), (None, None, None, 3))
-            bounded = Limits(limits.max_record_bytes, limit, limits.max_record_tokens)
-            pending = list(_to_array(spec, item, span, bounded, b"true" in value or b"false" in value))
-        else:
-            pending = image_elements(item, span, limit)
-        request = DecodedRequest(request_id, None, len(pending), outputs, binary_output=binary_output)
-        request.pending = pending
-        return request
 
+def _text_request(envelope: _Envelope, text: TextEncoder, signature: ModelSignature, limits: Limits) -> DecodedRequest:
+    """A sequence model's request whose one input is text: tokenized, then checked as token inputs.
+
+    Raises:
+        ValidationError: datatype_mismatch, shape_mismatch, null_value, too_large, out_of_range.
+    """
+    name = text.input_name
+    arrays = _tokenize(envelope.inputs[name], envelope.spans.get(name), text, limits)
+    return _sequence_request(envelope.request_id, arrays, envelope.outputs, signature, envelope.binary_output, limits)
+
+
+def _image_request(envelope: _Envelope, images: ImageEncoder, limits: Limits) -> DecodedRequest:
+    """An image model's request whose one input is the image input, returned pending: encoded images (BYTES) or
+    decoded pixels (UINT8 ``[rows, H, W, 3]``), checked but not yet preprocessed.
+
+    Raises:
+        ValidationError: datatype_mismatch, shape_mismatch, null_value, out_of_range, too_large (more images than
+            ``max_record_rows`` or ``max_in_flight_images``, or pixels over the budget).
+    """
+    limit = min(limits.max_record_rows, images.max_images)
+    item = envelope.inputs[images.input_name]
+    span = envelope.spans.get(images.input_name)
+    if item["datatype"] == "UINT8":  # decoded pixels: checked as any UINT8 tensor, after the pixel budget
+        check_pixels(item["name"], item["shape"], limit, images.max_pixels)
+        spec = TensorSpec(item["name"], np.dtype(np.uint8), (None, None, None, 3))
+        bounded = Limits(limits.max_record_bytes, limit, limits.max_record_tokens)
+        pending = list(_to_array(spec, item, span, bounded, envelope.may_hold_booleans()))
+    else:
+        pending = image_elements(item, span, limit)
+    request = DecodedRequest(
+        envelope.request_id, None, len(pending), envelope.outputs, binary_output=envelope.binary_output
+    )
+    request.pending = pending
+    return request
+
+
+def _tensor_request(
+    envelope: _Envelope, signature: ModelSignature, limits: Limits, images: ImageEncoder | None
+) -> DecodedRequest:
+    """A request of tensors, one per model input (a sequence model's token inputs, or any model's).
+
+    Args:
+        images: an image model's encoder, for the hint when an input is unknown; None otherwise.
+
+    Raises:
+        ValidationError: unknown_input, missing_input, datatype_mismatch, shape_mismatch, ragged, null_value,
+            out_of_range, too_large.
+    """
+    by_name = envelope.inputs
     sequence = signature.sequence
     names = {s.name for s in signature.inputs}
     unknown = sorted(set(by_name) - names)
@@ -170,14 +244,14 @@ def decode_request(
     if missing:
         raise ValidationError(R.MISSING_INPUT, f"model input {missing[0]!r} is missing")
 
-    # numpy turns JSON true/false into 1/0 next to numbers; look for them only when the bytes could hold one.
-    may_hold_booleans = b"true" in value or b"false" in value
+    # look for JSON booleans only when the bytes could hold one
+    may_hold_booleans = envelope.may_hold_booleans()
     arrays = {}
     rows: int | None = None
     for spec in signature.inputs:
         if spec.name not in by_name:
             continue
-        arr = _to_array(spec, by_name[spec.name], spans.get(spec.name), limits, may_hold_booleans)
+        arr = _to_array(spec, by_name[spec.name], envelope.spans.get(spec.name), limits, may_hold_booleans)
         if rows is None:
             rows = arr.shape[0]
         elif arr.shape[0] != rows:
@@ -187,10 +261,13 @@ def decode_request(
         arrays[spec.name] = arr
     if rows is None:  # only optional inputs were given
         raise ValidationError(R.MISSING_INPUT, f"model input {signature.inputs[0].name!r} is missing")
+    outputs, binary_output = envelope.outputs, envelope.binary_output
     if sequence is not None:
-        return _sequence_request(request_id, arrays, outputs, signature, binary_output, limits)
+        return _sequence_request(envelope.request_id, arrays, outputs, signature, binary_output, limits)
     check_ranges(arrays, signature)
-    return DecodedRequest(id=request_id, inputs=arrays, rows=rows, outputs=outputs, binary_output=binary_output)
+    return DecodedRequest(
+        id=envelope.request_id, inputs=arrays, rows=rows, outputs=outputs, binary_output=binary_output
+    )
 
 
 def decode_one(

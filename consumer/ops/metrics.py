@@ -2,6 +2,10 @@
 
 Units are in the names (``_seconds``, ``_rows``, ``_bytes``); labels come from fixed sets only
 (outcome, dead-letter reason, commit failure class), never from record content. Buckets are named constants.
+
+The metrics are declared as a table: each a class attribute of :class:`Metrics` (name, kind, help, labels,
+buckets, label values that exist from the start), registered by :class:`MetricTable`'s constructor. A module with
+metrics of its own declares its own :class:`MetricTable` subclass and builds it on the same registry.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
@@ -45,181 +51,267 @@ STAGES = ("fetch", "decode", "assemble", "infer", "encode", "produce", "commit")
 PADDING_RATIO_BUCKETS = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
-class Metrics:
-    """All of streaminfer's metrics on one registry.
+Kind = Literal["counter", "gauge", "histogram", "bulk_histogram", "info"]
+M = TypeVar("M")
+
+
+@dataclass(frozen=True)
+class Declared(Generic[M]):
+    """One row of a metrics table: a metric as ``/metrics`` exposes it, declared as a class attribute of a
+    :class:`MetricTable` (made with :func:`counter`, :func:`gauge`, :func:`histogram`, :func:`bulk_histogram` or
+    :func:`info`). On an instance the attribute is the registered metric (type ``M``); on the class, this row.
+
+    Attributes:
+        kind: the metric type.
+        name: the metric's name (a counter's without ``_total``; units in it).
+        help: its help text.
+        labels: its label names (values from fixed sets only).
+        buckets: a histogram's upper bounds (``+Inf`` added); None for the other kinds.
+        values: values of its one label whose children exist from the start (exposed at 0 before any event).
+        attr: the attribute it is declared as (set when the class is made).
+    """
+
+    kind: Kind
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+    values: tuple[str, ...] = ()
+    attr: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.values and len(self.labels) != 1:
+            raise ValueError(f"{self.name}: values need exactly one label, got {self.labels}")
+        if (self.buckets is not None) != (self.kind in ("histogram", "bulk_histogram")):
+            raise ValueError(f"{self.name}: buckets are for histograms (and every histogram has them)")
+        if self.kind == "bulk_histogram" and self.labels:
+            raise ValueError(f"{self.name}: a bulk histogram has no labels")
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        object.__setattr__(self, "attr", attr)
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Declared[M]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> M: ...
+    def __get__(self, obj: object, owner: type | None = None) -> Declared[M] | M:
+        if obj is None:
+            return self
+        # MetricTable.__init__ puts the metric in the instance's __dict__, which Python reads before this
+        raise AttributeError(f"metric {self.attr!r} ({self.name}) is not registered: MetricTable.__init__ was not run")
+
+    def register(self, registry: CollectorRegistry) -> M:
+        """Make this metric on ``registry``, with the children of :attr:`values`.
+
+        Raises:
+            ValueError: the registry already holds a metric of that name (prometheus_client's duplicate check).
+        """
+        metric: Counter | Gauge | Histogram | BulkHistogram | Info
+        if self.kind == "counter":
+            metric = Counter(self.name, self.help, self.labels, registry=registry)
+        elif self.kind == "gauge":
+            metric = Gauge(self.name, self.help, self.labels, registry=registry)
+        elif self.kind == "histogram":
+            assert self.buckets is not None
+            metric = Histogram(self.name, self.help, self.labels, buckets=self.buckets, registry=registry)
+        elif self.kind == "bulk_histogram":
+            assert self.buckets is not None
+            metric = BulkHistogram(self.name, self.help, self.buckets, registry)
+        else:
+            metric = Info(self.name, self.help, self.labels, registry=registry)
+        for value in self.values:
+            metric.labels(value)  # type: ignore[union-attr]  # rows with values have a label (__post_init__)
+        return cast("M", metric)
+
+
+def counter(name: str, help: str, labels: Sequence[str] = (), values: Sequence[str] = ()) -> Declared[Counter]:
+    """A counter row (exposed as ``<name>_total``)."""
+    return Declared("counter", name, help, tuple(labels), values=tuple(values))
+
+
+def gauge(name: str, help: str, labels: Sequence[str] = ()) -> Declared[Gauge]:
+    """A gauge row."""
+    return Declared("gauge", name, help, tuple(labels))
+
+
+def histogram(
+    name: str,
+    help: str,
+    buckets: Sequence[float],
+    labels: Sequence[str] = (),
+    values: Sequence[str] = (),
+) -> Declared[Histogram]:
+    """A histogram row (observed one value at a time)."""
+    return Declared("histogram", name, help, tuple(labels), tuple(buckets), tuple(values))
+
+
+def bulk_histogram(name: str, help: str, buckets: Sequence[float]) -> Declared[BulkHistogram]:
+    """A :class:`BulkHistogram` row (observed many values at a time; no labels)."""
+    return Declared("bulk_histogram", name, help, buckets=tuple(buckets))
+
+
+def info(name: str, help: str) -> Declared[Info]:
+    """An info row (exposed as ``<name>_info``, a gauge of 1 with its labels)."""
+    return Declared("info", name, help)
+
+
+class MetricTable:
+    """Metrics declared as a table: every :class:`Declared` class attribute (of this class and its bases, in
+    declaration order) registered on ``registry``. A module with metrics of its own (e.g. shadow scoring's
+    ``streaminfer_shadow_*``) declares its own subclass and builds it on the same registry as :class:`Metrics`.
+
+    Args:
+        registry: where to register; tests pass a fresh ``CollectorRegistry``.
+
+    Raises:
+        ValueError: a name is already on ``registry``.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        for row in self.rows():
+            self.__dict__[row.attr] = row.register(registry)
+
+    @classmethod
+    def rows(cls) -> list[Declared[Any]]:
+        """The table: every declared metric, bases first, in declaration order."""
+        found: dict[str, Declared[Any]] = {}
+        for klass in reversed(cls.__mro__):
+            found.update((k, v) for k, v in vars(klass).items() if isinstance(v, Declared))
+        return list(found.values())
+
+
+class Metrics(MetricTable):
+    """All of streaminfer's core metrics on one registry (the table below), the process collector (CPU, memory)
+    and the GPU's utilisation read at scrape time.
 
     Args:
         registry: where to register; tests pass a fresh ``CollectorRegistry``.
     """
 
+    batch_rows = histogram("streaminfer_batch_rows", "Rows per micro-batch sent to ONNX Runtime.", BATCH_ROWS_BUCKETS)
+    batch_padding_ratio = histogram(
+        "streaminfer_batch_padding_ratio",
+        "Sequence models: padded tokens / real tokens per micro-batch (1 = no padding).",
+        PADDING_RATIO_BUCKETS,
+    )
+    batch_queue_wait_seconds = histogram(
+        "streaminfer_batch_queue_wait_seconds",
+        "Time the oldest record of a batch waited in the batcher, seconds.",
+        STAGE_SECONDS_BUCKETS,
+    )
+    preprocess_seconds = bulk_histogram(
+        "streaminfer_preprocess_seconds",
+        "Decode and validation time of one record (a fetched chunk's time over its records), seconds.",
+        STAGE_SECONDS_BUCKETS,
+    )
+    image_seconds = bulk_histogram(
+        "streaminfer_image_preprocess_seconds",
+        "Image models: decode, resize and normalisation time of one image, on a decode thread, seconds.",
+        STAGE_SECONDS_BUCKETS,
+    )
+    inference_seconds = histogram(
+        "streaminfer_inference_seconds", "ONNX Runtime compute time of one batch, seconds.", STAGE_SECONDS_BUCKETS
+    )
+    record_age_seconds = bulk_histogram(
+        "streaminfer_record_age_seconds",
+        "Age of a record when its answer is acknowledged: now minus the record timestamp, seconds.",
+        AGE_SECONDS_BUCKETS,
+    )
+    stage_seconds = counter(
+        "streaminfer_stage_seconds",
+        "Time spent per pipeline stage (fetch, decode, assemble, infer, encode, produce, commit), seconds.",
+        ["stage"],
+        STAGES,
+    )
+    records = counter(
+        "streaminfer_records",
+        "Records answered, by outcome (tombstone: an event with a null value, forwarded unscored).",
+        ["outcome"],
+        OUTCOMES,
+    )
+    dead_letters = counter(
+        "streaminfer_dead_letters", "Dead letters written, by reason.", ["reason"], [r.value for r in DeadLetterReason]
+    )
+    input_out_of_range = counter(
+        "streaminfer_input_out_of_range",
+        "Records served with a value of this model input outside the validation record's observed range "
+        "(validation_record set); counted, never dead-lettered.",
+        ["input"],
+    )
+    in_flight_rows = gauge("streaminfer_in_flight_rows", "Rows fetched and not yet answered.")
+    in_flight_bytes = gauge(
+        "streaminfer_in_flight_bytes",
+        "Record key, value and header bytes fetched and not yet answered (limit: max_in_flight_bytes).",
+    )
+    commits = counter("streaminfer_commits", "Successful offset commits.")
+    commit_failures = counter("streaminfer_commit_failures", "Failed offset commits, by error class.", ["error"])
+    produce_retries = counter("streaminfer_produce_retries", "Result or dead-letter writes retried after a failure.")
+    retries = counter(
+        "streaminfer_retries",
+        "Transient failures retried with backoff, by stage (inference: a micro-batch run again; produce: records "
+        "written again) and reason (out_of_memory, or the Kafka error's class).",
+        ["stage", "reason"],
+    )
+    batch_failures = counter(
+        "streaminfer_batch_failures", "Inference runs that failed and were bisected to isolate the culprit records."
+    )
+    paused = gauge("streaminfer_partitions_paused", "1 while fetching is paused because in-flight rows are full.")
+    revoked_dropped = counter(
+        "streaminfer_revoked_records_dropped",
+        "Queued records of revoked partitions dropped uncommitted (their new owner answers them).",
+    )
+    rebalances = counter("streaminfer_rebalances", "Partition assignments received.")
+    rebalance_seconds = histogram(
+        "streaminfer_rebalance_seconds",
+        "Time of each phase of a rebalance: revoke (finishing the revoked partitions' work), join (JoinGroup and "
+        "SyncGroup, waiting for the other members), assign (taking the new partitions; exactly_once: opening "
+        "their transactional producers), seconds.",
+        REBALANCE_SECONDS_BUCKETS,
+        ["phase"],
+        REBALANCE_PHASES,
+    )
+    transactional_producers = counter(
+        "streaminfer_transactional_producers",
+        "exactly_once: transactional producers at rebalances, by event: opened (InitProducerId, fencing the "
+        "partition's previous owner), kept (a partition this member got back), closed (a partition it lost).",
+        ["event"],
+        PRODUCER_EVENTS,
+    )
+    consumer_lag = gauge(
+        "streaminfer_consumer_lag_records",
+        "Log end offset minus the group's committed offset, per assigned partition, records.",
+        ["topic", "partition"],
+    )
+    seconds_since_progress = gauge(
+        "streaminfer_seconds_since_progress", "Time since records were last fetched or offsets last committed, seconds."
+    )
+    ready = gauge("streaminfer_ready", "1 when /readyz answers 200.")
+    asyncio_tasks = gauge(
+        "streaminfer_asyncio_tasks",
+        "asyncio tasks alive in the consumer's event loop (flat in steady state; growth is a leak).",
+    )
+    kafka_reachable = gauge(
+        "streaminfer_kafka_reachable",
+        "1 while the cluster answers metadata requests (checked every 5 s), 0 during an outage.",
+    )
+    schema_registry_reachable = gauge(
+        "streaminfer_schema_registry_reachable",
+        "Avro events: 1 while the schema registry answers, 0 while records wait for it to answer again.",
+    )
+    model = info("streaminfer_model", "Served model and active execution provider.")
+    gpu_memory_used_bytes = gauge(
+        "streaminfer_gpu_memory_used_bytes",
+        "GPU memory in use on the device ONNX Runtime runs on (NVML), bytes. Absent on CPU.",
+        ["device"],
+    )
+
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
-        self.batch_rows = Histogram(
-            "streaminfer_batch_rows",
-            "Rows per micro-batch sent to ONNX Runtime.",
-            buckets=BATCH_ROWS_BUCKETS,
-            registry=registry,
-        )
-        self.batch_padding_ratio = Histogram(
-            "streaminfer_batch_padding_ratio",
-            "Sequence models: padded tokens / real tokens per micro-batch (1 = no padding).",
-            buckets=PADDING_RATIO_BUCKETS,
-            registry=registry,
-        )
-        self.batch_queue_wait_seconds = Histogram(
-            "streaminfer_batch_queue_wait_seconds",
-            "Time the oldest record of a batch waited in the batcher, seconds.",
-            buckets=STAGE_SECONDS_BUCKETS,
-            registry=registry,
-        )
-        self.preprocess_seconds = BulkHistogram(
-            "streaminfer_preprocess_seconds",
-            "Decode and validation time of one record (a fetched chunk's time over its records), seconds.",
-            buckets=STAGE_SECONDS_BUCKETS,
-            registry=registry,
-        )
-        self.image_seconds = BulkHistogram(
-            "streaminfer_image_preprocess_seconds",
-            "Image models: decode, resize and normalisation time of one image, on a decode thread, seconds.",
-            buckets=STAGE_SECONDS_BUCKETS,
-            registry=registry,
-        )
-        self.inference_seconds = Histogram(
-            "streaminfer_inference_seconds",
-            "ONNX Runtime compute time of one batch, seconds.",
-            buckets=STAGE_SECONDS_BUCKETS,
-            registry=registry,
-        )
-        self.record_age_seconds = BulkHistogram(
-            "streaminfer_record_age_seconds",
-            "Age of a record when its answer is acknowledged: now minus the record timestamp, seconds.",
-            buckets=AGE_SECONDS_BUCKETS,
-            registry=registry,
-        )
-        self.stage_seconds = Counter(
-            "streaminfer_stage_seconds",
-            "Time spent per pipeline stage (fetch, decode, assemble, infer, encode, produce, commit), seconds.",
-            ["stage"],
-            registry=registry,
-        )
-        self.records = Counter(
-            "streaminfer_records",
-            "Records answered, by outcome (tombstone: an event with a null value, forwarded unscored).",
-            ["outcome"],
-            registry=registry,
-        )
-        self.dead_letters = Counter(
-            "streaminfer_dead_letters", "Dead letters written, by reason.", ["reason"], registry=registry
-        )
-        self.input_out_of_range = Counter(
-            "streaminfer_input_out_of_range",
-            "Records served with a value of this model input outside the validation record's observed range "
-            "(validation_record set); counted, never dead-lettered.",
-            ["input"],
-            registry=registry,
-        )
-        self.in_flight_rows = Gauge(
-            "streaminfer_in_flight_rows", "Rows fetched and not yet answered.", registry=registry
-        )
-        self.in_flight_bytes = Gauge(
-            "streaminfer_in_flight_bytes",
-            "Record key, value and header bytes fetched and not yet answered (limit: max_in_flight_bytes).",
-            registry=registry,
-        )
-        self.commits = Counter("streaminfer_commits", "Successful offset commits.", registry=registry)
-        self.commit_failures = Counter(
-            "streaminfer_commit_failures", "Failed offset commits, by error class.", ["error"], registry=registry
-        )
-        self.produce_retries = Counter(
-            "streaminfer_produce_retries", "Result or dead-letter writes retried after a failure.", registry=registry
-        )
-        self.retries = Counter(
-            "streaminfer_retries",
-            "Transient failures retried with backoff, by stage (inference: a micro-batch run again; produce: records "
-            "written again) and reason (out_of_memory, or the Kafka error's class).",
-            ["stage", "reason"],
-            registry=registry,
-        )
-        self.batch_failures = Counter(
-            "streaminfer_batch_failures",
-            "Inference runs that failed and were bisected to isolate the culprit records.",
-            registry=registry,
-        )
-        self.paused = Gauge(
-            "streaminfer_partitions_paused",
-            "1 while fetching is paused because in-flight rows are full.",
-            registry=registry,
-        )
-        self.revoked_dropped = Counter(
-            "streaminfer_revoked_records_dropped",
-            "Queued records of revoked partitions dropped uncommitted (their new owner answers them).",
-            registry=registry,
-        )
-        self.rebalances = Counter("streaminfer_rebalances", "Partition assignments received.", registry=registry)
-        self.rebalance_seconds = Histogram(
-            "streaminfer_rebalance_seconds",
-            "Time of each phase of a rebalance: revoke (finishing the revoked partitions' work), join (JoinGroup and "
-            "SyncGroup, waiting for the other members), assign (taking the new partitions; exactly_once: opening "
-            "their transactional producers), seconds.",
-            ["phase"],
-            buckets=REBALANCE_SECONDS_BUCKETS,
-            registry=registry,
-        )
-        self.transactional_producers = Counter(
-            "streaminfer_transactional_producers",
-            "exactly_once: transactional producers at rebalances, by event: opened (InitProducerId, fencing the "
-            "partition's previous owner), kept (a partition this member got back), closed (a partition it lost).",
-            ["event"],
-            registry=registry,
-        )
-        self.consumer_lag = Gauge(
-            "streaminfer_consumer_lag_records",
-            "Log end offset minus the group's committed offset, per assigned partition, records.",
-            ["topic", "partition"],
-            registry=registry,
-        )
-        self.seconds_since_progress = Gauge(
-            "streaminfer_seconds_since_progress",
-            "Time since records were last fetched or offsets last committed, seconds.",
-            registry=registry,
-        )
-        self.ready = Gauge("streaminfer_ready", "1 when /readyz answers 200.", registry=registry)
-        self.asyncio_tasks = Gauge(
-            "streaminfer_asyncio_tasks",
-            "asyncio tasks alive in the consumer's event loop (flat in steady state; growth is a leak).",
-            registry=registry,
-        )
-        self.kafka_reachable = Gauge(
-            "streaminfer_kafka_reachable",
-            "1 while the cluster answers metadata requests (checked every 5 s), 0 during an outage.",
-            registry=registry,
-        )
-        self.schema_registry_reachable = Gauge(
-            "streaminfer_schema_registry_reachable",
-            "Avro events: 1 while the schema registry answers, 0 while records wait for it to answer again.",
-            registry=registry,
-        )
-        self.model = Info("streaminfer_model", "Served model and active execution provider.", registry=registry)
-        self.gpu_memory_used_bytes = Gauge(
-            "streaminfer_gpu_memory_used_bytes",
-            "GPU memory in use on the device ONNX Runtime runs on (NVML), bytes. Absent on CPU.",
-            ["device"],
-            registry=registry,
-        )
+        super().__init__(registry)
         # process_cpu_seconds_total, process_resident_memory_bytes, ... (Linux /proc): the CPU per record the
         # gates (streaminfer-gates) read beside the records counted
         self.process = ProcessCollector(registry=registry)
         self.gpu_utilization = GpuUtilization(registry)
-        for outcome in OUTCOMES:
-            self.records.labels(outcome)
-        for stage in STAGES:
-            self.stage_seconds.labels(stage)
-        for reason in DeadLetterReason:
-            self.dead_letters.labels(reason.value)
-        for phase in REBALANCE_PHASES:
-            self.rebalance_seconds.labels(phase)
-        for event in PRODUCER_EVENTS:
-            self.transactional_producers.labels(event)
 
     def track_gpu_memory(
         self,

@@ -104,6 +104,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--skip-events", action="store_true", help="no events runs (events_vs_passthrough and the Avro one nan)"
     )
+    p.add_argument(
+        "--skip-shadow", action="store_true", help="no shadow run in the digits rounds (the shadow_* keys nan)"
+    )
+    p.add_argument(
+        "--only-shadow",
+        action="store_true",
+        help="only the shadow row: digits rounds of streaminfer with and without a shadow of the same model "
+        "(--round-records each); every other key nan",
+    )
     p.add_argument("--quick", action="store_true", help="small sizes and a short sweep (tests)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -120,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
     if args.wide_partitions < 0 or args.wide_rounds < 1:
         p.error("--wide-partitions must be >= 0 and --wide-rounds >= 1")
+    if args.only_shadow and args.skip_shadow:
+        p.error("--only-shadow and --skip-shadow exclude each other")
     if args.warmup < 0:
         p.error(f"--warmup must be >= 0, got {args.warmup}")
     if args.quick:
@@ -142,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [stage_line(r) for r in result["runs"] if r["extra"].get("stage_us") and r["extra"].get("default")]
     for line in lines:
         print(line)
-    written = plots(result, args.out)
+    written = [] if args.only_shadow else plots(result, args.out)  # --only-shadow: no sweep to draw
     for path in written:
         print(f"wrote {path}")
     print(f"wrote {args.out / 'bench.json'}")

@@ -318,6 +318,8 @@ class Scraped:
         answered: streaminfer_records_total over both outcomes, records.
         assign_s: streaminfer_rebalance_seconds_sum{phase="assign"}: the assignment handlers' time (exactly_once:
             opening the partitions' transactional producers), seconds.
+        shadow_rows: streaminfer_shadow_rows_total: rows the shadow candidate scored (0 without one).
+        shadow_shed_rows: streaminfer_shadow_shed_rows_total: rows it shed, rows.
     """
 
     batch_rows: dict[str, float]
@@ -325,6 +327,8 @@ class Scraped:
     stage_seconds: dict[str, float]
     answered: float
     assign_s: float = math.nan
+    shadow_rows: float = 0.0
+    shadow_shed_rows: float = 0.0
 
     def stage_us_per_record(self) -> dict[str, float]:
         """Each stage's time per answered record, microseconds (stages overlap where they await each other)."""
@@ -340,7 +344,10 @@ def scrape(port: int) -> Scraped:
     stages: dict[str, float] = {}
     answered = 0.0
     assign_s = math.nan
+    shadow = {"streaminfer_shadow_rows": 0.0, "streaminfer_shadow_shed_rows": 0.0}
     for family in metric_families(port):
+        if family.name in shadow:
+            shadow[family.name] = sum(s.value for s in family.samples if s.name.endswith("_total"))
         if family.name == "streaminfer_batch_rows":
             hist = {s.labels["le"]: s.value for s in family.samples if s.name.endswith("_bucket")}
         if family.name == "streaminfer_batch_padding_ratio":
@@ -354,7 +361,15 @@ def scrape(port: int) -> Scraped:
                 s.value for s in family.samples if s.name.endswith("_sum") and s.labels.get("phase") == "assign"
             )
     padding = sums["sum"] / sums["count"] if sums.get("count") else math.nan
-    return Scraped(hist, padding, stages, answered, assign_s)
+    return Scraped(
+        hist,
+        padding,
+        stages,
+        answered,
+        assign_s,
+        shadow["streaminfer_shadow_rows"],
+        shadow["streaminfer_shadow_shed_rows"],
+    )
 
 
 def mean_batch(hist: dict[str, float]) -> float:

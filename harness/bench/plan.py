@@ -85,7 +85,13 @@ RATIOS = (
     "first_answer_eos_s",
     "wide_first_answer_alo_s",
     "wide_first_answer_eos_s",
+    "shadow_digits_vs_off",
+    "shadow_digits_cpu_vs_off",
+    "shadow_digits_shed_share",
 )
+#: The digits rounds' run with a shadow of the same model on every micro-batch (``shadow_model_path``:
+#: :mod:`consumer.shadow`), beside the same run without (``streaminfer``); ``--skip-shadow`` leaves it out.
+SHADOW_MODE = "streaminfer-shadow"
 #: The digits rounds on many partitions (``--wide-partitions``, default 128): the model column of their rows.
 WIDE = "digits-wide"
 WIDE_PARTITIONS = 128
@@ -101,6 +107,7 @@ PAIRED = {
     "events_vs_passthrough": (model_name("json"), "streaminfer", "passthrough"),
     "avro_events_vs_passthrough": (model_name("avro"), "streaminfer", "passthrough"),
     "wide_digits_vs_passthrough": (WIDE, "streaminfer", "passthrough"),
+    "shadow_digits_vs_off": ("digits", SHADOW_MODE, "streaminfer"),
 }
 #: The CPU ratios measured over the same rounds: key -> (model, top mode, bottom mode); each round's ratio is the
 #: bottom's CPU time per record over the top's (:attr:`harness.bench.measure.Run.cpu_us_per_record`: each process's
@@ -113,7 +120,11 @@ PAIRED_CPU = {
     "digits_eos_cpu_vs_alo": ("digits", "streaminfer-eos", "streaminfer"),
     "wide_digits_cpu_vs_passthrough": (WIDE, "streaminfer", "passthrough"),
     "wide_digits_eos_cpu_vs_alo": (WIDE, "streaminfer-eos", "streaminfer"),
+    "shadow_digits_cpu_vs_off": ("digits", SHADOW_MODE, "streaminfer"),
 }
+#: The share of rows the shadow shed (``streaminfer_shadow_shed_rows_total`` over shed and scored rows, from the
+#: run's ``/metrics``: ``extra["shadow_shed_share"]``), median over the rounds: key -> (model, mode).
+SHED_SHARE = {"shadow_digits_shed_share": ("digits", SHADOW_MODE)}
 #: The time from the assignment to the first answer (``extra["first_answer_s"]``), median over the rounds: key ->
 #: (model, mode).
 FIRST_ANSWER = {
@@ -141,6 +152,9 @@ ROUND_LABELS = {
     "first_answer_eos_s": "first answer after assignment, s, streaminfer-eos",
     "wide_first_answer_alo_s": "first answer after assignment, s, wide streaminfer",
     "wide_first_answer_eos_s": "first answer after assignment, s, wide streaminfer-eos",
+    "shadow_digits_vs_off": "streaminfer-shadow/streaminfer",
+    "shadow_digits_cpu_vs_off": "CPU/record streaminfer/streaminfer-shadow",
+    "shadow_digits_shed_share": "shadow shed share of rows, streaminfer-shadow",
 }
 #: Untimed passes of the client-only passthrough over a backlog before anything is measured (``--warmup``): a fresh
 #: broker's JVM compiles its fetch and produce paths during the first passes (its JIT compiler threads took
@@ -241,6 +255,10 @@ class Bench:
         run.extra["mean_padding_ratio"] = scraped.padding_ratio
         run.extra["stage_us"] = scraped.stage_us_per_record()
         run.extra["other_cpu_pct"] = other_cpu
+        if settings.get("shadow_model_path") is not None:
+            offered = scraped.shadow_rows + scraped.shadow_shed_rows
+            run.extra["shadow_rows"] = scraped.shadow_rows
+            run.extra["shadow_shed_share"] = scraped.shadow_shed_rows / offered if offered else math.nan
         return run
 
     async def closed_worker(
@@ -521,16 +539,28 @@ class Bench:
         self.runs.append(await self.open_loop(DIGITS_MODEL, 10.0, a.lone_s, "client only", lone=True, client_only=True))
         self.step("digits: lone record")
 
-    async def repeats(self, backlog: str, n: int, model_name: str = "digits", rounds: int | None = None) -> None:
+    async def repeats(
+        self,
+        backlog: str,
+        n: int,
+        model_name: str = "digits",
+        rounds: int | None = None,
+        modes: Sequence[str] | None = None,
+    ) -> None:
         """The rounds of the ratios' three runs (passthrough, streaminfer and streaminfer-eos at default settings),
         each back to back and in a rotated order, after the sweep (so the broker is warm for every round alike),
         so a ratio compares runs made under the same machine conditions (a shared VM's speed drifts over minutes);
         the ratios are the medians over the rounds, their spread the largest minus the smallest. ``model_name``
-        labels the rows (:data:`WIDE`: the many-partition backlog), ``rounds`` defaults to ``--rounds``."""
+        labels the rows (:data:`WIDE`: the many-partition backlog), ``rounds`` defaults to ``--rounds``; ``modes``
+        to those three, and on digits :data:`SHADOW_MODE` too (a shadow of the same model) unless ``--skip-shadow``."""
         b, d = DEFAULT_SETTING
+        if modes is None:
+            modes = ["passthrough", "streaminfer", "streaminfer-eos"]
+            if model_name == "digits" and not self.args.skip_shadow:
+                modes.append(SHADOW_MODE)
         for i in range(self.args.rounds if rounds is None else rounds):
-            order = ["passthrough", "streaminfer", "streaminfer-eos"]
-            order = order[i % 3 :] + order[: i % 3]
+            order = list(modes)
+            order = order[i % len(order) :] + order[: i % len(order)]
             for mode in order:
                 if mode == "passthrough":
                     run = await self.closed_worker(
@@ -538,9 +568,13 @@ class Bench:
                     )
                 else:
                     prefix = f"bench-{self.tag}-{model_name}-{i}"
-                    eos = {"delivery": "exactly_once", "transactional_id_prefix": prefix}
+                    extra: dict[str, Any] = {}
+                    if mode == "streaminfer-eos":
+                        extra = {"delivery": "exactly_once", "transactional_id_prefix": prefix}
+                    elif mode == SHADOW_MODE:
+                        extra = {"shadow_model_path": DIGITS_MODEL}  # the candidate is the same model
                     run = await self.closed_streaminfer(
-                        model_name, DIGITS_MODEL, backlog, n, f"b{b}/d{d:g}ms", mode, **(eos if "eos" in mode else {})
+                        model_name, DIGITS_MODEL, backlog, n, f"b{b}/d{d:g}ms", mode, **extra
                     )
                 run.setting = f"{run.setting}, round {i + 1}"
                 run.extra["round"] = i + 1
@@ -582,6 +616,12 @@ class Bench:
         values = [runs[i].extra.get("first_answer_s", math.nan) for i in sorted(runs) if runs[i].extra.get("round")]
         return [v for v in values if math.isfinite(v)]
 
+    def round_extra(self, model: str, mode: str, name: str) -> list[float]:
+        """``mode``'s ``extra[name]`` on ``model``, round by round (finite values only)."""
+        runs = self.rounds(model, mode)
+        values = [runs[i].extra.get(name, math.nan) for i in sorted(runs) if runs[i].extra.get("round")]
+        return [v for v in values if math.isfinite(v)]
+
     def paired(self, top: str, bottom: str, model: str = "digits") -> float:
         """Median of :meth:`round_ratios` (nan without a complete round)."""
         ratios = self.round_ratios(top, bottom, model)
@@ -592,6 +632,7 @@ class Bench:
         out = {key: self.round_ratios(top, bottom, model) for key, (model, top, bottom) in PAIRED.items()}
         out |= {key: self.round_cpu_ratios(top, bottom, model) for key, (model, top, bottom) in PAIRED_CPU.items()}
         out |= {key: self.round_first_answers(model, mode) for key, (model, mode) in FIRST_ANSWER.items()}
+        out |= {key: self.round_extra(model, mode, "shadow_shed_share") for key, (model, mode) in SHED_SHARE.items()}
         out["vision_vs_ceiling"] = [
             s.throughput_rps / min(d.throughput_rps, b.throughput_rps) for d, b, s in ceilings(self.runs)
         ]
@@ -717,10 +758,22 @@ class Bench:
         out["vision_vs_ceiling"] = vision_ratio(self.runs)
         return out
 
+    async def shadow_only(self) -> None:
+        """``--only-shadow``: the digits rounds of streaminfer without and with a shadow of the same model, on a
+        backlog of ``--round-records``, after the warm-up; nothing else."""
+        a = self.args
+        backlog = (await new_topics(self.bootstrap, f"{self.tag}-digits-rounds"))["requests"]
+        await send_all(self.bootstrap, backlog, digits_backlog("r", a.round_records), progress=False)
+        await self.warm_up(backlog, a.round_records)
+        await self.repeats(backlog, a.round_records, modes=["streaminfer", SHADOW_MODE])
+
     async def run(self) -> dict[str, Any]:
         a = self.args
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "logs").mkdir(exist_ok=True)
+        if a.only_shadow:
+            await self.shadow_only()
+            return self.result()
         steps = (
             1
             + (0 if a.skip_digits else 9 + len(self.sweep) + len(LOADS) + a.rounds - 1)
@@ -756,6 +809,11 @@ class Bench:
                 await self.minilm(minilm)
             if images is not None:
                 await vision(self, images)
+        return self.result()
+
+    def result(self) -> dict[str, Any]:
+        """Everything measured, as ``bench.json`` holds it."""
+        a = self.args
         per_round = self.per_round()
         return {
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},

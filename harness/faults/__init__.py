@@ -50,13 +50,16 @@ Scenarios (consumers run as separate processes, ``python -m consumer``, unless n
   ``steps_eos_statefulset``: an open-loop load on 8 partitions while the group scales out, loses a member to
   ``kill -9``, rolls and scales in; per step the longest gap overall and per partition, p99 and the rebalances the
   stayers saw; targets judged in the full run only (:mod:`harness.faults.steps`).
+- ``rollout_model_alo``, ``rollout_model_eos``: the same load while a group of 2 members serving digits (model
+  version 1) is rolled over to a retrained digits (version 2) as the manifests' Deployment rolls (a new pod ready,
+  then an old one SIGTERMed); the steps' figures plus the answers per model_version (:mod:`harness.faults.rollout`).
 - ``tcp_reset``, ``slow_link`` (consumers connected through toxiproxy; skipped where it cannot be built): bursts of
   TCP resets on every consumer connection, and 50 +- 10 ms added each way, under load
   (:mod:`harness.faults.toxic`).
 
 The modules: :mod:`~harness.faults.harness` (plan, rows, the harness), :mod:`~harness.faults.scenarios`
-(single broker), :mod:`~harness.faults.steps` (scale steps), :mod:`~harness.faults.cluster`,
-:mod:`~harness.faults.cli` (registry, run, table).
+(single broker), :mod:`~harness.faults.steps` (scale steps), :mod:`~harness.faults.rollout` (model rollout),
+:mod:`~harness.faults.cluster`, :mod:`~harness.faults.cli` (registry, run, table).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.faults.cluster import CLUSTER_SCENARIOS
 from harness.faults.harness import MODEL, QUICK, Harness, Outcome, Plan
 from harness.faults.network import NETWORK_SCENARIOS
+from harness.faults.rollout import ROLLOUT_SCENARIOS
 from harness.faults.scenarios import (
     scenario_backlog,
     scenario_compression_bomb,
@@ -43,6 +44,7 @@ SCENARIOS: dict[str, Callable[[Harness, Plan], Awaitable[Outcome]]] = {
     "backlog": scenario_backlog,
     "compression_bomb": scenario_compression_bomb,
     **STEP_SCENARIOS,
+    **ROLLOUT_SCENARIOS,
     **CLUSTER_SCENARIOS,
     **NETWORK_SCENARIOS,
     **TOXIC_SCENARIOS,

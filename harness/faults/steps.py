@@ -213,13 +213,19 @@ class Receipts:
     dead_letters: int = 0
 
 
-class Reader:
-    """Reads the results and dead-letter topics (``read_committed``) from the start and notes every receipt."""
+#: Called with (request partition, request number, receipt time s, the result's value) for each first result.
+OnResult = Callable[[int, int, float, bytes], None]
 
-    def __init__(self, bootstrap: str, topics: dict[str, str], tag: str) -> None:
+
+class Reader:
+    """Reads the results and dead-letter topics (``read_committed``) from the start and notes every receipt
+    (``on_result``: also hands each first result to it)."""
+
+    def __init__(self, bootstrap: str, topics: dict[str, str], tag: str, on_result: OnResult | None = None) -> None:
         self._bootstrap = bootstrap
         self._topics = topics
         self._prefix = f"{tag}-".encode()
+        self._on_result = on_result
         self.receipts = Receipts()
         self._stop = asyncio.Event()
         self.updated = asyncio.Event()
@@ -260,6 +266,8 @@ class Reader:
                         r.seen[partition].add(number)
                         if tp.topic == self._topics["dlq"]:
                             r.dead_letters += 1
+                        elif self._on_result is not None:
+                            self._on_result(partition, number, now, rec.value)
                         request_ms = headers.get(REQUEST_TIMESTAMP_HEADER)
                         if request_ms:
                             r.latencies.append((int(request_ms), now * 1000 - int(request_ms)))

@@ -27,7 +27,8 @@ Outputs, all in ``--out`` (default ``models/breast_cancer/artifacts/``, ignored 
 
 The committed ``events.avsc`` (record ``example.clinic.BreastCancerEvent``) is checked against the data set: it must
 name exactly the 30 features, as doubles. Deterministic: the same package versions give byte-identical files. Runs
-in a few seconds. Usage: ``python models/breast_cancer/build.py [--out DIR] [--seed 0]``
+in a few seconds. Usage: ``python models/breast_cancer/build.py [--out DIR] [--seed 0] [--n-estimators 100]
+[--model-version 1]`` (the last two: a retrained candidate, docs/rollout.md).
 """
 
 from __future__ import annotations
@@ -72,19 +73,21 @@ def split(seed: int = 0, heldout_fraction: float = 0.2) -> tuple[np.ndarray, ...
     return tuple(train_test_split(x, y, rows, test_size=heldout_fraction, random_state=seed, stratify=y))
 
 
-def train(x_train: np.ndarray, y_train: np.ndarray, seed: int = 0) -> Pipeline:
-    """The fitted pipeline: every column passed through, then the gradient-boosted classifier."""
+def train(x_train: np.ndarray, y_train: np.ndarray, seed: int = 0, n_estimators: int = 100) -> Pipeline:
+    """The fitted pipeline: every column passed through, then the gradient-boosted classifier (``n_estimators``
+    boosting stages, scikit-learn's default 100)."""
     pipe = Pipeline(
         [
             ("columns", ColumnTransformer([("all", "passthrough", list(range(x_train.shape[1])))])),
-            ("gbc", GradientBoostingClassifier(random_state=seed)),
+            ("gbc", GradientBoostingClassifier(n_estimators=n_estimators, random_state=seed)),
         ]
     )
     return pipe.fit(x_train, y_train)
 
 
-def export(model: Any, inputs: list[tuple[str, FloatTensorType]], doc: str) -> onnx.ModelProto:
-    """``model`` in ONNX (opset 17): ZipMap off, outputs ``label`` and ``probabilities``, batch axis ``batch``."""
+def export(model: Any, inputs: list[tuple[str, FloatTensorType]], doc: str, model_version: int = 1) -> onnx.ModelProto:
+    """``model`` in ONNX (opset 17): ZipMap off, outputs ``label`` and ``probabilities``, batch axis ``batch``,
+    ``model_version`` in the file's field and metadata (what every answer carries)."""
     classifier = model.steps[-1][1] if isinstance(model, Pipeline) else model
     onx = to_onnx(model, initial_types=inputs, options={id(classifier): {"zipmap": False}}, target_opset=17)
     renames = {"output_label": "label", "output_probability": "probabilities"}  # older skl2onnx names
@@ -96,9 +99,9 @@ def export(model: Any, inputs: list[tuple[str, FloatTensorType]], doc: str) -> o
     if sorted(o.name for o in onx.graph.output) != ["label", "probabilities"]:
         raise RuntimeError(f"unexpected outputs {[o.name for o in onx.graph.output]}")
     onx.producer_name = "streaminfer-models-breast-cancer"
-    onx.model_version = 1
+    onx.model_version = model_version
     onx.doc_string = doc
-    onnx.helper.set_model_props(onx, {"model_version": "1", "model_name": "breast_cancer"})
+    onnx.helper.set_model_props(onx, {"model_version": str(model_version), "model_name": "breast_cancer"})
     onnx.checker.check_model(onx)
     return onx
 
@@ -136,8 +139,9 @@ def event(row: int, values: np.ndarray, names: list[str]) -> dict[str, Any]:
     return body
 
 
-def build(out: Path, seed: int = 0) -> dict[str, float | int]:
+def build(out: Path, seed: int = 0, n_estimators: int = 100, model_version: int = 1) -> dict[str, float | int]:
     """Train, export, check and write the artifacts; returns the metrics written to ``metrics.json``.
+    ``n_estimators`` and ``model_version``: a retrained candidate (docs/rollout.md: 200 stages, version 2).
 
     Raises:
         RuntimeError: events.avsc does not match the data set, or the two exports disagree.
@@ -145,18 +149,20 @@ def build(out: Path, seed: int = 0) -> dict[str, float | int]:
     names = feature_names()
     check_schema(names)
     x_train, x_test, y_train, y_test, _, rows_test = split(seed)
-    pipe = train(x_train, y_train, seed)
+    pipe = train(x_train, y_train, seed, n_estimators)
     accuracy = float(pipe.score(x_test, y_test))
 
     by_feature = export(
         pipe,
         [(name, FloatTensorType([None, 1])) for name in names],
         "Gradient-boosted trees on scikit-learn's breast-cancer set; one float32 [batch,1] input per feature.",
+        model_version,
     )
     by_vector = export(
         pipe.named_steps["gbc"],
         [(FEATURES_INPUT, FloatTensorType([None, len(names)]))],
         "Gradient-boosted trees on scikit-learn's breast-cancer set; input 'features' float32 [batch,30].",
+        model_version,
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "breast_cancer.onnx").write_bytes(by_feature.SerializeToString())
@@ -197,8 +203,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
     parser.add_argument("--seed", type=int, default=0, help="split and training seed")
+    parser.add_argument("--n-estimators", type=int, default=100, help="boosting stages (scikit-learn's default)")
+    parser.add_argument("--model-version", type=int, default=1, help="the model_version the answers carry")
     args = parser.parse_args()
-    metrics = build(args.out, seed=args.seed)
+    metrics = build(args.out, seed=args.seed, n_estimators=args.n_estimators, model_version=args.model_version)
     print(
         f"breast_cancer: wrote {args.out / 'breast_cancer.onnx'} heldout_accuracy={metrics['heldout_accuracy']} "
         f"onnx_heldout_accuracy={metrics['onnx_heldout_accuracy']} events={metrics['heldout_rows']}"

@@ -18,7 +18,9 @@ Outputs, all in ``--out`` (default ``models/digits/artifacts/``, ignored by git)
 - ``metrics.json``   ``{"heldout_accuracy": ..., "heldout_rows": ..., "train_rows": ...}``
 
 Deterministic: the same package versions give byte-identical files. Runs in a few seconds.
-Usage: ``python models/digits/build.py [--out DIR] [--seed 0] [--shuffle-labels]``
+Usage: ``python models/digits/build.py [--out DIR] [--seed 0] [--c 1.0] [--model-version 1] [--shuffle-labels]``
+(``--c`` and ``--model-version``: a retrained candidate, e.g. ``--c 0.5 --model-version 2``, the one
+docs/rollout.md gates, shadows and rolls out.)
 """
 
 from __future__ import annotations
@@ -43,9 +45,17 @@ N_FEATURES = 64  # 8x8 pixels
 
 
 def build(
-    out: Path, seed: int = 0, heldout_fraction: float = 0.2, shuffle_labels: bool = False
+    out: Path,
+    seed: int = 0,
+    heldout_fraction: float = 0.2,
+    shuffle_labels: bool = False,
+    c: float = 1.0,
+    model_version: int = 1,
 ) -> dict[str, float | int]:
     """Train, export and write the artifacts; returns the metrics written to ``metrics.json``.
+
+    ``c`` is the logistic regression's inverse regularisation strength (scikit-learn's ``C``, default 1.0);
+    ``model_version`` goes into the file's ``model_version`` field and metadata (what every answer carries).
 
     ``shuffle_labels`` trains on the training labels permuted (seeded): a deliberately broken model of the same
     interface, the candidate the gate's test must fail (``streaminfer-model gate``).
@@ -54,7 +64,7 @@ def build(
     x = digits.data.astype(np.float32)
     y = digits.target.astype(np.int64)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=heldout_fraction, random_state=seed, stratify=y)
-    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, random_state=seed))
+    clf = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=2000, random_state=seed))
     if shuffle_labels:
         y_train = np.random.default_rng(seed).permutation(y_train)
     clf.fit(x_train, y_train)
@@ -84,9 +94,9 @@ def build(
     del onx.opset_import[:]
     onx.opset_import.extend(onnx.helper.make_opsetid(domain, version) for domain, version in opsets.items())
     onx.producer_name = "streaminfer-models-digits"
-    onx.model_version = 1
+    onx.model_version = model_version
     onx.doc_string = "Logistic regression on scikit-learn digits (8x8, 0..16), input [batch,64] float32."
-    onnx.helper.set_model_props(onx, {"model_version": "1", "model_name": "digits"})
+    onnx.helper.set_model_props(onx, {"model_version": str(model_version), "model_name": "digits"})
     onnx.checker.check_model(onx)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -113,11 +123,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
     parser.add_argument("--seed", type=int, default=0, help="split and solver seed")
+    parser.add_argument("--c", type=float, default=1.0, help="inverse regularisation strength (scikit-learn's C)")
+    parser.add_argument("--model-version", type=int, default=1, help="the model_version the answers carry")
     parser.add_argument(
         "--shuffle-labels", action="store_true", help="train on permuted labels: a broken model, for the gate's test"
     )
     args = parser.parse_args()
-    metrics = build(args.out, seed=args.seed, shuffle_labels=args.shuffle_labels)
+    metrics = build(
+        args.out, seed=args.seed, shuffle_labels=args.shuffle_labels, c=args.c, model_version=args.model_version
+    )
     print(f"digits: wrote {args.out / 'digits.onnx'} heldout_accuracy={metrics['heldout_accuracy']}")
 
 

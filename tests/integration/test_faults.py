@@ -25,9 +25,9 @@ def model_built(digits_model: Path) -> None:
             shutil.copy(digits_model / name, MODEL.parent / name)
 
 
-#: Twenty-five scenarios, three on a 3-node cluster, four behind a veth link, two behind toxiproxy and five scale-step
-#: rows (about 35 s each in the quick run, whose figures are printed, not judged): about 13 minutes on
-#: the 2-core CI machine.
+#: Twenty-seven scenarios, three on a 3-node cluster, four behind a veth link, two behind toxiproxy, five scale-step
+#: rows (about 35 s each in the quick run, whose figures are printed, not judged) and two model-rollout rows (about
+#: 40 s each): about 15 minutes on the 2-core CI machine.
 @pytest.mark.timeout(1500)
 async def test_fault_scenarios_lose_nothing(model_built: None, tmp_path: Path) -> None:
     plan = Plan(**vars(QUICK))

@@ -9,6 +9,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from consumer.ops.metrics import Metrics
+from consumer.shadow.compare import Plan
+from consumer.shadow.metrics import ShadowMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "k8s" / "grafana" / "streaminfer-dashboard.json"
 METRIC = re.compile(r"\b((?:streaminfer|process)_[a-z_]+)")
@@ -23,6 +25,7 @@ def exported_names() -> set[str]:
     metrics.consumer_lag.labels("requests", "0").set(0)
     metrics.commit_failures.labels("CommitFailedError").inc(0)
     metrics.model.info({"model_name": "m", "model_version": "1", "provider": "CPUExecutionProvider"})
+    ShadowMetrics(registry, Plan(labels=("label",), top1=("probabilities",), floats=("probabilities",)))
     return {sample.name for family in registry.collect() for sample in family.samples}
 
 
@@ -94,5 +97,23 @@ def test_a_gates_row_shows_what_streaminfer_gates_reads() -> None:
         'stage=~"decode|assemble|encode"',
         'le="1.0"',
         "streaminfer_record_age_seconds_bucket",
+    ):
+        assert needed in exprs, needed
+
+
+def test_a_shadow_row_shows_agreement_differences_shedding_and_time() -> None:
+    """With shadow_model_path set: agreement per output, the differences' quantiles, the shed share, the
+    candidate's time beside the serving model's, in one row under its header."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    row = next(p for p in panels if p["type"] == "row" and "Shadow" in p["title"])
+    below = [p for p in panels if p["gridPos"]["y"] == row["gridPos"]["y"] + row["gridPos"]["h"]]
+    exprs = " ".join(t["expr"] for p in below for t in p["targets"])
+    for needed in (
+        "streaminfer_shadow_agreed_rows_total",
+        "streaminfer_shadow_rows_total",
+        "streaminfer_shadow_max_abs_diff_bucket",
+        "streaminfer_shadow_shed_rows_total",
+        "streaminfer_shadow_seconds_bucket",
+        "streaminfer_inference_seconds_bucket",
     ):
         assert needed in exprs, needed

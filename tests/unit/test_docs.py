@@ -19,6 +19,8 @@ from consumer import fate
 from consumer.config import Settings
 from consumer.errors import DeadLetterReason
 from consumer.ops.metrics import Metrics
+from consumer.shadow.compare import Plan
+from consumer.shadow.metrics import ShadowMetrics
 from harness.bench import report
 from scripts import settings_table
 from scripts.settings_table import shown
@@ -124,6 +126,7 @@ def exposed_metric_names() -> list[str]:
     info in _info)."""
     registry = CollectorRegistry()
     Metrics(registry)
+    ShadowMetrics(registry, Plan())  # with shadow_model_path set (consumer.shadow)
     suffix = {"counter": "_total", "info": "_info"}
     return [family.name + suffix.get(family.type, "") for family in registry.collect()]
 
@@ -253,15 +256,17 @@ def test_the_events_page_shows_the_mapping_file_it_runs() -> None:
     assert "--input-mapping models/breast_cancer/mapping.yaml" in page
 
 
-def test_each_events_block_starts_what_it_uses() -> None:
-    """Each sh block of the events walkthrough runs alone in a fresh shell: it sets every variable it reads."""
-    page = (DOCS / "events.md").read_text()
+@pytest.mark.parametrize("name", ["events.md", "rollout.md"])
+def test_each_walkthrough_block_starts_what_it_uses(name: str) -> None:
+    """Each sh block of the events and rollout walkthroughs runs alone in a fresh shell: it sets every variable it
+    reads."""
+    page = (DOCS / name).read_text()
     blocks = re.findall(r"```sh\n(.*?)```", page, flags=re.S)
     assert len(blocks) >= 3
     for block in blocks:
         used = set(re.findall(r"\$\{?([A-Z_]+)", block))
         assigned = set(re.findall(r"^([A-Z_]+)=", block, flags=re.M))
-        assert used <= assigned, f"docs/events.md: a block reads {used - assigned} without setting it:\n{block}"
+        assert used <= assigned, f"docs/{name}: a block reads {used - assigned} without setting it:\n{block}"
 
 
 # ------------------------------------------------------------------------------------------------ words

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from consumer.answers.records import OFFSET_HEADER, PARTITION_HEADER, REASON_HEADER
 from consumer.app import StreamInferApp
 from consumer.config import Settings
+from consumer.model.runner import OnnxRunner
 from consumer.oip.client import encode_request
 from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing
@@ -54,6 +55,7 @@ class Wired:
         signature: the model signature the fake session serves (digits).
         clock: the fake clock (also the consumer's sleep).
         tracing: OpenTelemetry spans, or None.
+        candidate: a shadow candidate (with ``shadow_model_path`` set to any file), or None.
         settings: overrides of the test defaults (batches of 4 rows, no batch delay, commit after every ack).
     """
 
@@ -63,6 +65,7 @@ class Wired:
         signature: ModelSignature,
         clock: FakeClock,
         tracing: Tracing | None = None,
+        candidate: OnnxRunner | None = None,
         **settings: Any,
     ) -> None:
         model = tmp_path / "model.onnx"
@@ -94,6 +97,7 @@ class Wired:
             sleep=clock.sleep,
             clients=self.clients,
             tracing=tracing,
+            candidate=candidate,
         )
 
     async def start(self, partitions: tuple[int, ...] = (0, 1)) -> None:

@@ -139,3 +139,17 @@ def test_the_retry_backoff_must_not_shrink(tmp_path: Path) -> None:
     model.write_bytes(b"x")
     with pytest.raises(ValidationError, match="retry_backoff_max_ms must be at least retry_backoff_ms"):
         Settings(model_path=model, retry_backoff_ms=500, retry_backoff_max_ms=100)
+
+
+def test_the_shadow_settings_are_checked_together(model: Path, tmp_path: Path) -> None:
+    base = ["--model-path", str(model)]
+    s = load_settings([*base, "--shadow-model-path", str(model), "--shadow-results-topic", "requests.shadow"], {})
+    assert (s.shadow_model_path, s.shadow_results_topic, s.shadow_max_pending) == (model, "requests.shadow", 2)
+    with pytest.raises(ConfigError, match="shadow_validation_record and shadow_results_topic need shadow_model_path"):
+        load_settings([*base, "--shadow-results-topic", "requests.shadow"], {})
+    with pytest.raises(ConfigError, match=r"shadow_model_path .* is not a file"):
+        load_settings([*base, "--shadow-model-path", str(tmp_path / "absent.onnx")], {})
+    with pytest.raises(ConfigError, match="shadow_results_topic must differ"):
+        load_settings([*base, "--shadow-model-path", str(model), "--shadow-results-topic", "requests"], {})
+    with pytest.raises(ConfigError, match="shadow_max_pending"):
+        load_settings([*base, "--shadow-model-path", str(model), "--shadow-max-pending", "0"], {})

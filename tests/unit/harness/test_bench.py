@@ -22,7 +22,7 @@ LAST = (
     "digits_cpu_vs_passthrough=nan events_cpu_vs_passthrough=nan avro_events_cpu_vs_passthrough=nan "
     "digits_eos_cpu_vs_alo=nan wide_digits_vs_passthrough=nan wide_digits_cpu_vs_passthrough=nan "
     "wide_digits_eos_cpu_vs_alo=nan first_answer_alo_s=nan first_answer_eos_s=nan wide_first_answer_alo_s=nan "
-    "wide_first_answer_eos_s=nan"
+    "wide_first_answer_eos_s=nan shadow_digits_vs_off=nan shadow_digits_cpu_vs_off=nan shadow_digits_shed_share=nan"
 )
 
 
@@ -123,7 +123,7 @@ def test_ratios_pair_runs_of_the_same_round_and_leave_the_cold_first_runs_out() 
 
 def test_the_summary_line_ends_with_the_other_work_on_the_machine_and_rounds_lines_say_it_too() -> None:
     line = summary_line(RATIOS, {"digits_vs_passthrough": 0.1}, other_cpu=57.4)
-    assert line.endswith(" wide_first_answer_eos_s=nan other_cpu_pct=57")
+    assert line.endswith(" shadow_digits_shed_share=nan other_cpu_pct=57")
     assert rounds_line("streaminfer/passthrough", [0.5, 0.62, 0.55], 57.4) == (
         "rounds streaminfer/passthrough: 0.50 0.62 0.55 (the ratio is their median; spread 0.12; other work on the "
         "machine: 57 % CPU)"
@@ -197,3 +197,23 @@ def test_cpu_ratios_are_the_ceilings_cpu_per_record_over_streaminfers_per_round(
     assert "**The CPU ratio is the one that reproduces.**" in text
     assert "128-partition" in text
     assert "at most the throughput ratio's in 2 of 3 pairs" in text
+
+
+def test_the_shadow_row_pairs_rounds_with_and_without_a_shadow_and_takes_the_median_shed_share() -> None:
+    bench = Bench(argparse.Namespace(bootstrap_servers="unused:9092", out=Path("unused")))
+    shadow = "streaminfer-shadow"
+    bench.runs = [
+        run("digits", "streaminfer", 20_000.0, 1, cpu_us=20.0), run("digits", shadow, 19_000.0, 1, cpu_us=22.0),
+        run("digits", "streaminfer", 18_000.0, 2, cpu_us=21.0), run("digits", shadow, 18_000.0, 2, cpu_us=21.0),
+        run("digits", "streaminfer", 10_000.0, 3, cpu_us=20.0), run("digits", shadow, 8_000.0, 3, cpu_us=25.0),
+    ]  # fmt: skip
+    for r, shed in zip(bench.runs[1::2], (0.0, 0.02, 0.5), strict=True):
+        r.extra["shadow_shed_share"] = shed
+    per_round = bench.per_round()
+    assert per_round["shadow_digits_vs_off"] == pytest.approx([0.95, 1.0, 0.8])
+    assert per_round["shadow_digits_cpu_vs_off"] == pytest.approx([20 / 22, 1.0, 0.8])
+    assert per_round["shadow_digits_shed_share"] == pytest.approx([0.0, 0.02, 0.5])
+    ratios = bench.ratios()
+    assert ratios["shadow_digits_vs_off"] == pytest.approx(0.95)
+    assert ratios["shadow_digits_cpu_vs_off"] == pytest.approx(20 / 22)
+    assert ratios["shadow_digits_shed_share"] == pytest.approx(0.02)

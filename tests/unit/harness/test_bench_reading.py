@@ -64,3 +64,23 @@ def test_unmeasured_figures_do_not_break_the_reading() -> None:
     result["runs"][1]["throughput_rps"] = math.nan  # a run that measured nothing
     (bullet,) = reading(result)
     assert "31,000 records/s over the rounds" in bullet
+
+
+def test_the_shadow_bullet_gives_the_cost_the_cpu_ratio_and_the_shed_share() -> None:
+    result = {
+        "runs": [
+            run("digits", "streaminfer", "b64/d5ms, round 1", 20_000, 90, round=1),
+            run("digits", "streaminfer-shadow", "b64/d5ms, round 1", 19_000, 95, round=1),
+        ],
+        "ratios": {"shadow_digits_vs_off": 0.95, "shadow_digits_cpu_vs_off": 0.9, "shadow_digits_shed_share": 0.012},
+        "rounds": {"streaminfer-shadow/streaminfer": [0.95]},
+        "other_cpu_pct": {},
+    }
+    (bullet,) = reading(result)
+    assert bullet.startswith("- **shadow scoring** on digits")
+    assert "**0.95** of it" in bullet
+    assert "target 0.90: met" in bullet
+    assert "without the shadow over with it: **0.90**" in bullet
+    assert "shed 1.2 % of the rows" in bullet
+    result["ratios"]["shadow_digits_vs_off"] = 0.85
+    assert "target 0.90: not met" in reading(result)[0]

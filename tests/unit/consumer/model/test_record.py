@@ -88,6 +88,24 @@ def test_the_consumer_exits_2_naming_both_hashes_before_loading_the_model(
     assert hashlib.sha256(b"not the recorded model").hexdigest() in err
 
 
+def test_a_shadow_model_not_the_recorded_one_exits_2_naming_both_settings_and_hashes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """shadow_validation_record is checked before any model is loaded, as validation_record is."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"the serving model")
+    candidate = tmp_path / "c.onnx"
+    candidate.write_bytes(b"not the recorded candidate")
+    record = write_record(tmp_path / "r.json", "e" * 64)
+    argv = ["--model-path", str(model), "--shadow-model-path", str(candidate), "--http-port", "0"]
+    assert main([*argv, "--shadow-validation-record", str(record)]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "e" * 64 in err
+    assert hashlib.sha256(b"not the recorded candidate").hexdigest() in err
+    assert "shadow_model_path" in err
+    assert "shadow_validation_record" in err
+
+
 def counter_value(metrics: Metrics, name: str) -> float:
     return metrics.registry.get_sample_value(METRIC, {"input": name}) or 0.0
 

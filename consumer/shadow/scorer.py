@@ -1,0 +1,257 @@
+"""The shadow scorer: micro-batches the serving model answered -> a bounded queue -> the candidate, in its own
+thread -> the comparison (and the candidate's answers, where ``shadow_results_topic`` is set).
+
+The delivery modes :meth:`~ShadowScorer.offer` a micro-batch's :class:`~consumer.inference.Scored` parts once its
+answers were handed to the publisher (at_least_once) or written into their transactions (exactly_once). Offering
+is one counter check and a queue put on the event loop: it never waits, and never touches what is served. When
+``shadow_max_pending`` batches are offered and not yet scored, the next one is shed whole
+(``streaminfer_shadow_shed_batches_total`` and ``_shed_rows_total``): a candidate slower than the stream gets a
+sample of it instead of slowing the consumer.
+
+The thread (``streaminfer-shadow``, neither the serving model's inference thread nor its session) assembles the
+candidate's feeds from the requests (its own buffers: the serving path reuses its own as soon as a batch ran),
+runs the candidate (``OnnxRunner.run`` releases the GIL), compares its outputs with the serving model's
+(:mod:`consumer.shadow.compare`) and counts (:mod:`consumer.shadow.metrics`). A candidate that fails on a batch
+is counted (``streaminfer_shadow_failures_total``), never retried, never bisected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from consumer.answers.records import AnswerRecords
+from consumer.config import Settings
+from consumer.errors import InferenceError
+from consumer.inference import Scored
+from consumer.kafka.clients import Clients
+from consumer.model.buffers import BatchBuffers
+from consumer.model.runner import OnnxRunner
+from consumer.oip.encode import BatchEncoder
+from consumer.shadow.answers import ShadowAnswers
+from consumer.shadow.compare import Plan, compare, plan
+from consumer.shadow.metrics import ShadowMetrics
+from consumer.signature import ModelSignature
+
+log = logging.getLogger(__name__)
+
+#: Longest wait at stop for the batch the candidate is scoring, seconds (the thread is a daemon: a longer one is
+#: left behind, its answers unsent).
+STOP_WAIT_S = 5.0
+
+
+class ShadowScorer:
+    """Scores offered micro-batches with the candidate and compares them with the serving model's outputs.
+
+    Args:
+        candidate: the loaded, checked candidate (:func:`consumer.shadow.candidate.load_candidate`).
+        serving: the serving model's signature (its inputs' dtypes and padding, its outputs).
+        registry: where ``streaminfer_shadow_*`` are registered (the service's).
+        max_pending: ``shadow_max_pending``: batches offered and not yet scored, at most; one more is shed.
+        clock: monotonic seconds (``streaminfer_shadow_seconds``).
+        answers: ``shadow_results_topic``'s producer, or None when the candidate's answers are only compared.
+        records: builds the answers' records (key, correlation ID, request timestamp and trace headers).
+    """
+
+    def __init__(
+        self,
+        candidate: OnnxRunner,
+        serving: ModelSignature,
+        registry: CollectorRegistry,
+        *,
+        max_pending: int,
+        clock: Callable[[], float] = time.monotonic,
+        answers: ShadowAnswers | None = None,
+        records: AnswerRecords | None = None,
+    ) -> None:
+        self.candidate = candidate
+        self.plan: Plan = plan(serving, candidate.signature)
+        self.metrics = ShadowMetrics(registry, self.plan)
+        self.answers = answers
+        self.records = records
+        self._encoder = BatchEncoder(candidate.signature)
+        self._max_pending = max_pending
+        self._clock = clock
+        self._names = [spec.name for spec in candidate.signature.inputs]
+        self._outputs = list(candidate.signature.output_names)
+        sequence = serving.sequence
+        self._sequence = sequence is not None
+        pads = sequence.pad_values if sequence is not None else None
+        self._buffers = BatchBuffers({spec.name: spec.dtype for spec in serving.inputs}, pads)
+        self._queue: deque[Scored] = deque()
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._pending = 0
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def pending(self) -> int:
+        """Batches offered and not yet scored (queued or in the candidate)."""
+        return self._pending
+
+    async def start(self) -> None:
+        """Start the thread (and the answers' producer).
+
+        Raises:
+            aiokafka.errors.KafkaError: ``shadow_results_topic``'s producer cannot reach the broker.
+        """
+        if self.answers is not None:
+            await self.answers.start()
+        self._thread = threading.Thread(target=self._work, name="streaminfer-shadow", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        """Drop what is queued, wait for the batch in the candidate (at most :data:`STOP_WAIT_S`), close the
+        answers' producer (what it holds is flushed within its own timeout)."""
+        with self._lock:
+            self._closing = True
+            dropped = len(self._queue)
+            self._queue.clear()
+            self._pending -= dropped
+            self._ready.notify()
+        if dropped:
+            log.info("shadow: %d offered batches left unscored at stop", dropped)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, STOP_WAIT_S)
+        if self.answers is not None:
+            await self.answers.stop()
+
+    def offer(self, scored: Sequence[Scored]) -> None:
+        """Queue each part for the candidate, or shed it when ``max_pending`` are pending. Never blocks."""
+        with self._lock:
+            for part in scored:
+                if self._closing:
+                    return
+                if self._pending >= self._max_pending:
+                    self.metrics.shed_batches.inc()
+                    self.metrics.shed_rows.inc(sum(r.rows for r in part.requests))
+                    continue
+                self._pending += 1
+                self._queue.append(part)
+            self.metrics.pending.set(self._pending)
+            self._ready.notify()
+
+    def run_pending(self) -> int:
+        """Score what is queued in the calling thread (tests; the thread does this itself). Returns batches scored."""
+        done = 0
+        while (part := self._take(wait=False)) is not None:
+            self._score_counted(part)
+            done += 1
+        return done
+
+    def _work(self) -> None:
+        while (part := self._take(wait=True)) is not None:
+            self._score_counted(part)
+
+    def _take(self, *, wait: bool) -> Scored | None:
+        with self._lock:
+            while wait and not self._queue and not self._closing:
+                self._ready.wait()
+            if self._closing or not self._queue:
+                return None
+            return self._queue.popleft()
+
+    def _score_counted(self, part: Scored) -> None:
+        try:
+            self.score(part)
+        except Exception:  # a bug here must not end the thread: the serving path never waits on it
+            log.exception("shadow: scoring a batch failed")
+            self.metrics.failures.inc()
+        finally:
+            with self._lock:
+                self._pending -= 1
+                self.metrics.pending.set(self._pending)
+
+    def score(self, part: Scored) -> None:
+        """Run the candidate on ``part``'s requests, compare, count, and hand its answers to the producer.
+
+        Raises:
+            Exception: a bug of this module's own (the thread logs and counts it); the candidate's own failures
+                are counted here.
+        """
+        started = self._clock()
+        feeds, rows = self._feeds(part)
+        try:
+            outputs = self.candidate.run(feeds, rows)
+        except InferenceError as err:
+            self.metrics.failures.inc()
+            log.warning("shadow: the candidate failed on a batch of %d rows: %s", rows, err)
+            return
+        seconds = self._clock() - started
+        self.metrics.observe(compare(self.plan, part.outputs, outputs, rows), seconds)
+        if self.answers is not None:
+            self._answer(part, outputs)
+
+    def _feeds(self, part: Scored) -> tuple[dict[str, np.ndarray], int]:
+        """The candidate's inputs of ``part``, assembled as the serving model's were (a view of the decoded block,
+        stacked, or padded to the batch's longest row for a sequence model)."""
+        requests = part.requests
+        first = requests[0]
+        block, stop = first.block, first.start
+        if block is not None:  # consecutive rows of one decoded block (never reused): a view, no copy
+            for r in requests:
+                if r.block is not block or r.start != stop:
+                    break
+                stop += r.rows
+            else:
+                return {name: block[name][first.start : stop] for name in self._names}, stop - first.start
+        feeds: Mapping[str, np.ndarray]
+        if len(requests) == 1:
+            feeds, rows = requests[0].inputs, requests[0].rows
+        elif self._sequence:
+            feeds, rows, _ = self._buffers.pad([r.inputs for r in requests])
+        else:
+            feeds, rows = self._buffers.stack([r.inputs for r in requests])
+        return {name: feeds[name] for name in self._names}, rows
+
+    def _answer(self, part: Scored, outputs: Mapping[str, Any]) -> None:
+        """The candidate's OIP responses, one per request of ``part``, to ``shadow_results_topic``."""
+        assert self.answers is not None
+        assert self.records is not None
+        ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in part.batch]
+        try:
+            values = self._encoder.encode(
+                ids, [r.rows for r in part.requests], [(n, outputs[n]) for n in self._outputs]
+            )
+        except (KeyError, TypeError, ValueError) as exc:  # an output OIP JSON cannot carry
+            log.warning("shadow: the candidate's answers cannot be encoded: %r", exc)
+            self.metrics.answers.labels("failed").inc(len(ids))
+            return
+        result = self.records.result
+        self.answers.put([result(w.record, w.correlation_id, v) for w, v in zip(part.batch, values, strict=True)])
+
+
+def build_shadow(
+    settings: Settings,
+    candidate: OnnxRunner,
+    serving: ModelSignature,
+    registry: CollectorRegistry,
+    clients: Clients,
+    clock: Callable[[], float] = time.monotonic,
+) -> ShadowScorer:
+    """The scorer of the settings (``shadow_max_pending``; ``shadow_results_topic``'s producer when it is set)."""
+    s = settings
+    scorer = ShadowScorer(candidate, serving, registry, max_pending=s.shadow_max_pending, clock=clock)
+    if s.shadow_results_topic is not None:
+        scorer.answers = ShadowAnswers(
+            clients,
+            s.shadow_results_topic,
+            scorer.metrics,
+            max_pending=s.shadow_max_pending,
+            client_id=f"{s.client_id}-shadow",
+        )
+        scorer.records = AnswerRecords(
+            results_topic=s.shadow_results_topic,
+            dead_letter_topic=s.dead_letter_topic,
+            group_id=s.group_id,
+        )
+    return scorer

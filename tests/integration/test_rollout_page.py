@@ -1,0 +1,143 @@
+"""The commands of docs/rollout.md ("Rolling out a new model") run as written: each ``sh`` block alone, in a fresh
+bash from the repository root (no variable, broker or file carried over from another block), against a broker the
+block itself starts; each output checked against the truth (the models' own held-out accuracy, metrics.json; the
+converters' verdict on the graphs' operators; the retrained candidates pass). The shadow block runs once shadow
+scoring is a setting (``shadow_model_path`` in :class:`consumer.config.Settings`), and is skipped with that reason
+until then. The page's Kubernetes overlay is rendered with ``kubectl kustomize`` (no cluster) where kubectl is
+installed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from consumer.config import Settings
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "rollout.md"
+BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
+#: pydantic keeps fields in model_fields, not as class attributes (hasattr(Settings, name) is False for every field).
+SHADOW = "shadow_model_path" in Settings.model_fields
+
+
+def shell_blocks() -> list[str]:
+    return BLOCK.findall(PAGE.read_text())
+
+
+def run_block(number: int, tmp_path: Path) -> str:
+    """Run the page's ``number``-th sh block alone; returns its output (stdout and stderr), asserting exit 0."""
+    script = "set -euo pipefail\n" + shell_blocks()[number]
+    fresh = {"BOOTSTRAP", "A", "B", "KAFKA_BOOTSTRAP_SERVERS", "SCHEMA_REGISTRY_URL"}
+    env = {k: v for k, v in os.environ.items() if k not in fresh}
+    env["KAFKA_LOCAL_STATE"] = str(tmp_path / "state")  # the block's broker, apart from the suite's
+    shutil.rmtree("/tmp/rollout", ignore_errors=True)  # the page's own folder: nothing from before
+    proc = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the script and what it left in the background (consumers)
+            os.killpg(proc.pid, signal.SIGKILL)
+        stop = ["scripts/kafka-local", "stop"]
+        subprocess.run(stop, cwd=ROOT, env=env, capture_output=True, timeout=120, check=False)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def results_lines(out: str) -> list[dict[str, str]]:
+    lines = [line for line in out.splitlines() if line.startswith("results:")]
+    return [dict(part.split("=", 1) for part in line.split()[1:]) for line in lines]
+
+
+def accuracy(model: str) -> float:
+    metrics = json.loads((ROOT / "models" / model / "artifacts" / "metrics.json").read_text())
+    return float(metrics.get("onnx_heldout_accuracy", metrics["heldout_accuracy"]))
+
+
+def test_the_pages_blocks_are_what_this_test_runs() -> None:
+    blocks = shell_blocks()
+    assert len(blocks) == 3
+    assert "--variant int8-dynamic" in blocks[0]
+    assert "--candidate /tmp/rollout/digits-v2/digits.onnx" in blocks[0]
+    assert "--request-format json" in blocks[1]
+    assert "--variant $variant" in blocks[1]
+    assert "--shadow-model-path" in blocks[2]
+    assert "--shadow-results-topic" in blocks[2]
+    for setting in ("shadow_model_path", "shadow_validation_record", "shadow_results_topic", "shadow_max_pending"):
+        assert f"`{setting}`" in PAGE.read_text(), setting  # the agreed names (the bulletin's)
+
+
+def test_the_digits_path_records_sets_and_gates(tmp_path: Path) -> None:
+    out = run_block(0, tmp_path)
+    assert "validation record {" in out  # the consumer logged the record it serves under
+    (served,) = results_lines(out)
+    assert served["sent"] == served["results"] == "360", served
+    assert served["dead_letters"] == "0", served
+    assert served["accuracy"] == f"{accuracy('digits'):.4f}", served
+    assert "streaminfer-model set: 360 records (360 rows, 360 labelled)" in out
+    assert f"360 records, accuracy {accuracy('digits'):.6f}" in out  # the record of the set from the topic
+    for variant in ("int8-dynamic", "fp16"):  # exit 2 (the block's `|| test $? -eq 2`), the operators named
+        (line,) = [line for line in out.splitlines() if f"gate: {variant} does not apply" in line]
+        assert "LinearClassifier (ai.onnx.ml)" in line, line
+        assert "Scaler (ai.onnx.ml)" in line, line
+    assert "gate: PASS: /tmp/rollout/digits-v2/digits.onnx" in out
+    assert Path("/tmp/rollout/digits-v2/digits.record.json").exists()  # the page's path
+
+
+def test_the_breast_cancer_path_sets_from_an_events_topic(tmp_path: Path) -> None:
+    out = run_block(1, tmp_path)
+    assert "streaminfer-model set: 114 records (114 rows, 114 labelled)" in out
+    assert f"114 records, accuracy {accuracy('breast_cancer'):.6f}" in out
+    for variant in ("int8-dynamic", "int8-static", "fp16"):
+        (line,) = [line for line in out.splitlines() if f"gate: {variant} does not apply" in line]
+        assert "TreeEnsembleClassifier (ai.onnx.ml)" in line, line
+    assert "gate: PASS: /tmp/rollout/breast_cancer-v2/breast_cancer.onnx" in out
+
+
+@pytest.mark.skipif(not SHADOW, reason="shadow scoring is not on this branch yet: no shadow_model_path setting")
+def test_the_shadow_block_serves_as_without_shadow_and_writes_the_candidates_answers(tmp_path: Path) -> None:
+    out = run_block(2, tmp_path)
+    served, shadowed = results_lines(out)
+    assert served["sent"] == served["results"] == "360", served  # the served answers, as without shadow
+    assert served["accuracy"] == f"{accuracy('digits'):.4f}", served
+    assert int(shadowed["results"]) > 0, shadowed  # the candidate's answers, same correlation IDs
+    assert re.search(r"^streaminfer_shadow_\w+", out, re.M), "no streaminfer_shadow_ metric"
+
+
+def test_the_pages_overlay_renders_the_candidates_pod_template(tmp_path: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: the overlay is not rendered")
+    page = PAGE.read_text()
+    (overlay,) = [b for b in re.findall(r"^```yaml\n(.*?)^```", page, re.S | re.M) if "kind: Kustomization" in b]
+    shutil.copytree(ROOT / "k8s", tmp_path / "k8s")
+    (tmp_path / "k8s" / "overlays" / "digits-v2").mkdir()
+    (tmp_path / "k8s" / "overlays" / "digits-v2" / "kustomization.yaml").write_text(overlay)
+    render = [kubectl, "kustomize", str(tmp_path / "k8s" / "overlays" / "digits-v2")]
+    new = subprocess.run(render, capture_output=True, text=True, check=True, timeout=60).stdout
+    render[-1] = str(tmp_path / "k8s" / "overlays" / "cpu")
+    old = subprocess.run(render, capture_output=True, text=True, check=True, timeout=60).stdout
+    assert "image: streaminfer:0.1.0-cpu-digits-v2" in new
+    assert "image: streaminfer:0.1.0-cpu\n" in old
+    assert "value: /opt/streaminfer/models/digits-v2.onnx" in new
+    assert "value: /opt/streaminfer/models/digits-v2.record.json" in new
+    assert "fieldPath: metadata.name" in new  # the base's env (client and group instance ids) kept beside it
+    assert "maxSurge: 1" in new  # the rollout the page describes
+    assert "maxUnavailable: 0" in new

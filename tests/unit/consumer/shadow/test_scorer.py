@@ -1,0 +1,170 @@
+"""consumer.shadow.scorer and .candidate under the fake clock, without threads: the shedding bound, the counted
+agreement and differences, failures, the input check; and the delivery mode offering after the hand-over."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from consumer.errors import ConfigError
+from consumer.inference import Scored
+from consumer.shadow.candidate import check_inputs
+from consumer.shadow.scorer import ShadowScorer
+from consumer.signature import ModelSignature, TensorSpec
+from consumer.work import DecodedRequest
+from tests.unit.fakes import FakeClock, FakeSession, fake_runner
+from tests.unit.wired import Wired, digits_value
+
+
+def part(rows: list[int], seed: int = 0) -> Scored:
+    """A micro-batch of requests of ``rows`` rows each, with the serving (fake) model's outputs."""
+    rng = np.random.default_rng(seed)
+    requests = [DecodedRequest(None, {"input": rng.random((n, 64), dtype=np.float32)}, n, None) for n in rows]
+    x = np.concatenate([r.inputs["input"] for r in requests])
+    outputs = dict(zip(("label", "probabilities"), FakeSession().run(None, {"input": x}), strict=True))
+    return Scored([], requests, outputs, 0)
+
+
+class SlowSession(FakeSession):
+    """The fake model, taking ``seconds`` of the fake clock per run; ``flip``: answers another label."""
+
+    def __init__(self, clock: FakeClock, seconds: float, flip: bool = False) -> None:
+        super().__init__()
+        self.clock, self.seconds, self.flip = clock, seconds, flip
+
+    def run(self, output_names: list[str] | None, input_feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self.clock.now += self.seconds
+        label, probabilities = super().run(output_names, input_feed)
+        if self.flip:
+            probabilities = probabilities[:, ::-1].copy()
+            label = probabilities.argmax(axis=1).astype(np.int64)
+        return [label, probabilities]
+
+
+def scorer(digits_signature: ModelSignature, session: FakeSession, clock: FakeClock, pending: int) -> ShadowScorer:
+    return ShadowScorer(
+        fake_runner(digits_signature, session), digits_signature, CollectorRegistry(), max_pending=pending, clock=clock
+    )
+
+
+def sample(s: ShadowScorer, name: str, labels: dict[str, str] | None = None) -> float:
+    return s.metrics.registry.get_sample_value(name, labels or {}) or 0.0
+
+
+def test_sheds_whole_batches_beyond_max_pending(digits_signature: ModelSignature, clock: FakeClock) -> None:
+    session = SlowSession(clock, 0.004)
+    s = scorer(digits_signature, session, clock, pending=2)
+    s.offer([part([1, 2]), part([3])])
+    s.offer([part([4]), part([2, 2, 1])])
+    assert s.pending == 2
+    assert sample(s, "streaminfer_shadow_shed_batches_total") == 2
+    assert sample(s, "streaminfer_shadow_shed_rows_total") == 4 + 5
+    assert sample(s, "streaminfer_shadow_pending_batches") == 2
+    assert session.batches == []  # offering runs nothing
+    assert s.run_pending() == 2
+    assert session.batches == [3, 3]
+    assert s.pending == 0
+    assert sample(s, "streaminfer_shadow_rows_total") == 6
+    s.offer([part([5])])  # room again
+    assert s.run_pending() == 1
+    assert sample(s, "streaminfer_shadow_shed_batches_total") == 2
+    assert sample(s, "streaminfer_shadow_seconds_count") == 3
+    assert sample(s, "streaminfer_shadow_seconds_sum") == pytest.approx(0.012)
+
+
+def test_the_same_model_agrees_on_every_row(digits_signature: ModelSignature, clock: FakeClock) -> None:
+    s = scorer(digits_signature, FakeSession(), clock, pending=4)
+    s.offer([part([3, 4], seed=1), part([1], seed=2)])
+    s.run_pending()
+    assert sample(s, "streaminfer_shadow_rows_total") == 8
+    for output in ("label", "probabilities"):
+        assert sample(s, "streaminfer_shadow_agreed_rows_total", {"output": output}) == 8
+    below = sample(s, "streaminfer_shadow_max_abs_diff_bucket", {"output": "probabilities", "le": "1e-07"})
+    assert below == 8
+
+
+def test_a_different_candidate_is_counted_as_disagreeing(digits_signature: ModelSignature, clock: FakeClock) -> None:
+    s = scorer(digits_signature, SlowSession(clock, 0.0, flip=True), clock, pending=4)
+    batch = part([6], seed=3)
+    s.offer([batch])
+    s.run_pending()
+    served = batch.outputs["probabilities"]
+    flipped = served[:, ::-1]
+    expected_agree = int(np.count_nonzero(served.argmax(axis=1) == flipped.argmax(axis=1)))
+    assert sample(s, "streaminfer_shadow_agreed_rows_total", {"output": "label"}) == expected_agree
+    assert sample(s, "streaminfer_shadow_agreed_rows_total", {"output": "probabilities"}) == expected_agree
+    total = float(np.abs(served - flipped).max(axis=1).sum())
+    assert sample(s, "streaminfer_shadow_max_abs_diff_sum", {"output": "probabilities"}) == pytest.approx(total)
+    assert sample(s, "streaminfer_shadow_max_abs_diff_count", {"output": "probabilities"}) == 6
+
+
+def test_a_failing_candidate_is_counted_and_scoring_goes_on(digits_signature: ModelSignature, clock: FakeClock) -> None:
+    session = FakeSession(fail_when=lambda feeds: bool(feeds["input"].shape[0] == 2))
+    s = scorer(digits_signature, session, clock, pending=4)
+    s.offer([part([2]), part([3])])
+    assert s.run_pending() == 2
+    assert sample(s, "streaminfer_shadow_failures_total") == 1
+    assert sample(s, "streaminfer_shadow_rows_total") == 3
+    assert s.pending == 0
+
+
+def test_inputs_the_candidate_cannot_take_are_refused(digits_signature: ModelSignature) -> None:
+    check_inputs(digits_signature, digits_signature)
+    dynamic = dataclasses.replace(digits_signature, inputs=(TensorSpec("input", np.dtype(np.float32), (None, None)),))
+    check_inputs(digits_signature, dynamic)
+    for spec, words in (
+        (TensorSpec("pixels", np.dtype(np.float32), (None, 64)), "not an input of the serving model"),
+        (TensorSpec("input", np.dtype(np.float64), (None, 64)), "is FP64, the serving model's is FP32"),
+        (TensorSpec("input", np.dtype(np.float32), (None, 32)), "has shape [None, 32]"),
+        (TensorSpec("input", np.dtype(np.float32), (None, 8, 8)), "has shape [None, 8, 8]"),
+    ):
+        with pytest.raises(ConfigError, match="shadow_model_path") as info:
+            check_inputs(digits_signature, dataclasses.replace(digits_signature, inputs=(spec,)))
+        assert words in str(info.value)
+
+
+Served = tuple[list[tuple[int, bytes | None, bytes | None]], list[int | None]]
+
+
+async def serve(tmp_path: Path, signature: ModelSignature, clock: FakeClock, shadow: bool) -> tuple[Served, list[bool]]:
+    """Two partitions of requests (one poison record each) answered: (every answer as (partition, key, value) in
+    the order written, the committed offsets), and for each item of each offered batch whether it was answered."""
+    options = {"shadow_model_path": tmp_path / "model.onnx"} if shadow else {}
+    candidate = fake_runner(dataclasses.replace(signature, version="2"), SlowSession(clock, 0, flip=True))
+    wired = Wired(tmp_path, signature, clock, candidate=candidate if shadow else None, **options)
+    offered: list[bool] = []
+    await wired.start()
+    scorer_ = wired.app.stages.shadow if wired.app.stages is not None else None
+    assert (scorer_ is not None) == shadow
+    if scorer_ is not None:
+        original = scorer_.offer
+
+        def spy(scored: list[Scored]) -> None:
+            offered.extend(w.answered for p in scored for w in p.batch)
+            original(scored)
+
+        scorer_.offer = spy  # type: ignore[method-assign]
+    for p in (0, 1):
+        wired.send(p, [digits_value(rows=1 + i % 3, marker=float(i)) for i in range(10)] + [b"not json"])
+    await wired.until(lambda: len(wired.results()) + len(wired.dead_letters()) == 22)
+    await wired.until_in_time(lambda: wired.committed(0) == 11 and wired.committed(1) == 11)
+    await wired.stop()
+    answers = [(w.partition, w.key, w.value) for w in wired.results() + wired.dead_letters()]
+    return (answers, [wired.committed(0), wired.committed(1)]), offered
+
+
+async def test_offered_after_the_hand_over_served_answers_unchanged(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    """The same requests with and without a shadow candidate (one that answers otherwise): the same answers, in
+    the same order, the same commits; every batch is offered once its records are answered."""
+    plain, offered_plain = await serve(tmp_path, digits_signature, clock, shadow=False)
+    shadowed, offered = await serve(tmp_path, digits_signature, clock, shadow=True)
+    assert offered_plain == []
+    assert len(offered) == 20  # every request, poison records excepted
+    assert all(offered)
+    assert shadowed == plain
