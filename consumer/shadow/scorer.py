@@ -44,10 +44,11 @@ from consumer.work import DecodedRequest, Work
 
 log = logging.getLogger(__name__)
 
-#: The thread is woken once this share of ``shadow_max_pending`` batches is queued (or :data:`FLUSH_S` after the
+#: The thread is woken once this share of ``shadow_max_pending`` batches is queued (a quarter: the rest absorbs the
+#: batches that arrive while it waits for the GIL) (or :data:`FLUSH_S` after the
 #: first one), and scores them in one run: a wake-up per micro-batch would make the thread and a busy event loop
 #: hand the GIL to each other hundreds of times a second (each hand-over costs both threads CPU).
-WAKE_SHARE = 0.5
+WAKE_SHARE = 0.25
 #: Longest time a queued micro-batch waits for others before the thread scores what is queued, seconds.
 FLUSH_S = 0.05
 #: Longest wait at stop for the batch the candidate is scoring, seconds (the thread is a daemon: a longer one is
