@@ -230,7 +230,7 @@ class Settings(BaseSettings):
         "a producer of its own: at-least-once and outside exactly_once's transactions; None: compared only.",
     )
     shadow_max_pending: int = Field(
-        8,
+        16,
         ge=1,
         description="Micro-batches waiting for the candidate, at most (those waiting together run as one); one more "
         "is shed whole "

@@ -44,6 +44,13 @@ from consumer.work import DecodedRequest, Work
 
 log = logging.getLogger(__name__)
 
+#: The thread is woken once this share of ``shadow_max_pending`` batches is queued (a quarter: the rest absorbs the
+#: batches that arrive while it waits for the GIL) (or :data:`FLUSH_S` after the
+#: first one), and scores them in one run: a wake-up per micro-batch would make the thread and a busy event loop
+#: hand the GIL to each other hundreds of times a second (each hand-over costs both threads CPU).
+WAKE_SHARE = 0.25
+#: Longest time a queued micro-batch waits for others before the thread scores what is queued, seconds.
+FLUSH_S = 0.05
 #: Longest wait at stop for the batch the candidate is scoring, seconds (the thread is a daemon: a longer one is
 #: left behind, its answers unsent).
 STOP_WAIT_S = 5.0
@@ -80,6 +87,7 @@ class ShadowScorer:
         self.records = records
         self._encoder = BatchEncoder(candidate.signature)
         self._max_pending = max_pending
+        self._wake = max(1, int(max_pending * WAKE_SHARE))
         self._clock = clock
         self._names = [spec.name for spec in candidate.signature.inputs]
         self._outputs = list(candidate.signature.output_names)
@@ -131,6 +139,7 @@ class ShadowScorer:
     def offer(self, scored: Sequence[Scored]) -> None:
         """Queue each part for the candidate, or shed it when ``max_pending`` are pending. Never blocks."""
         with self._lock:
+            was_empty = not self._queue
             for part in scored:
                 if self._closing:
                     return
@@ -141,7 +150,8 @@ class ShadowScorer:
                 self._pending += 1
                 self._queue.append(part)
             self.metrics.pending.set(self._pending)
-            self._ready.notify()
+            if self._queue and (was_empty or len(self._queue) >= self._wake):  # the first ones (its timer), or enough
+                self._ready.notify()
 
     def run_pending(self) -> int:
         """Score what is queued in the calling thread (tests; the thread does this itself), as the thread would:
@@ -156,10 +166,20 @@ class ShadowScorer:
             self._score_counted(parts)
 
     def _take(self, *, wait: bool) -> list[Scored]:
-        """Everything queued (empty when closing, or when nothing is and ``wait`` is False)."""
+        """Everything queued (empty when closing, or when nothing is and ``wait`` is False); ``wait``: once the
+        wake-up share is queued, or :data:`FLUSH_S` after the first batch was (monotonic time: the thread's own)."""
         with self._lock:
-            while wait and not self._queue and not self._closing:
-                self._ready.wait()
+            deadline: float | None = None
+            while wait and not self._closing and len(self._queue) < self._wake:
+                if not self._queue:
+                    deadline = None
+                    self._ready.wait()
+                    continue
+                now = time.monotonic()
+                deadline = now + FLUSH_S if deadline is None else deadline
+                if now >= deadline:
+                    break
+                self._ready.wait(deadline - now)
             if self._closing:
                 return []
             parts = list(self._queue)
