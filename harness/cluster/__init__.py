@@ -58,6 +58,15 @@ def kubeconfig() -> Path:
     return state_dir() / "kubeconfig"
 
 
+#: The sandbox (pause) image's name in containerd (:mod:`harness.cluster.images` makes it).
+PAUSE_IMAGE = "streaminfer.local/pause:1"
+
+
+def ctr_argv() -> list[str]:
+    """``ctr`` against this cluster's containerd, in the CRI's namespace (``k8s.io``)."""
+    return ["ctr", "--address", str(state_dir() / "containerd" / "containerd.sock"), "--namespace", "k8s.io"]
+
+
 def binaries_cached() -> bool:
     """True when every binary is in the cache (so starting needs no build)."""
     return all((bin_dir() / name).is_file() for name in BINARIES)

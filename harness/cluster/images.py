@@ -13,8 +13,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from harness.cluster import bin_dir
-from harness.cluster.node import PAUSE_IMAGE, ctr_argv
+from harness.cluster import PAUSE_IMAGE, bin_dir, ctr_argv
 
 
 def _blob(out: tarfile.TarFile, data: bytes) -> tuple[str, int]:

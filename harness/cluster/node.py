@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cluster import K8S_VERSION, bin_dir, kubeconfig, network, pki, state_dir
+from harness.cluster import K8S_VERSION, PAUSE_IMAGE, bin_dir, ctr_argv, images, kubeconfig, network, pki, state_dir
 from harness.ports import free_port
 
 #: The node's name and its ``Hostname`` address: the API server reaches the kubelet (logs, exec) by it
@@ -40,8 +40,6 @@ from harness.ports import free_port
 #: which host-network pods get as their IP and the kubelet probes, is the host's default-route address: the kubelet
 #: refuses a loopback node IP ("nodeIP can't be loopback address").
 NODE_NAME = "localhost"
-#: The sandbox (pause) image's name in containerd (:mod:`harness.cluster.images` makes it).
-PAUSE_IMAGE = "streaminfer.local/pause:1"
 #: Components in start order; :func:`stop` goes the other way.
 ORDER = ("containerd", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -145,11 +143,6 @@ def running() -> bool:
 
 def ports() -> dict[str, int]:
     return dict(json.loads((state_dir() / "ports.json").read_text()))
-
-
-def ctr_argv() -> list[str]:
-    """``ctr`` against this cluster's containerd, in the CRI's namespace (``k8s.io``)."""
-    return ["ctr", "--address", str(state_dir() / "containerd" / "containerd.sock"), "--namespace", "k8s.io"]
 
 
 def _containerd_config(state: Path) -> str:
@@ -277,8 +270,6 @@ def start(*, log: Callable[[str], None] = print) -> dict[str, float]:
         ),
         60,
     )
-    from harness.cluster import images
-
     images.import_pause()
 
     etcd_url = f"http://127.0.0.1:{taken['etcd']}"

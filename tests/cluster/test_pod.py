@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.cluster import REPO, node
+from harness.cluster import REPO, ctr_argv, node
 from producer_tools.produce import digits_requests, send_all
 from producer_tools.results import collect
 from producer_tools.topics import ensure_topics
@@ -42,7 +42,7 @@ def ensure_image(image: str = IMAGE) -> None:
     run when neither has it)."""
     ref = f"docker.io/library/{image}"
     listed = subprocess.run(
-        [*node.ctr_argv(), "images", "ls", "-q", f"name=={ref}"], capture_output=True, text=True, check=True
+        [*ctr_argv(), "images", "ls", "-q", f"name=={ref}"], capture_output=True, text=True, check=True
     ).stdout
     if ref in listed.split():
         return

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.cluster import images, node, pki
+from harness.cluster import PAUSE_IMAGE, images, node, pki
 
 
 def test_the_pause_archive_is_an_oci_layout_whose_digests_match(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_the_configs_keep_everything_under_the_state_folder_and_set_what_this_ma
     containerd = tomllib.loads(node._containerd_config(tmp_path))
     cri = containerd["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["restrict_oom_score_adj"] is True
-    assert cri["sandbox_image"] == node.PAUSE_IMAGE
+    assert cri["sandbox_image"] == PAUSE_IMAGE
     runc = cri["containerd"]["runtimes"]["runc"]["options"]
     paths = [
         containerd["root"],
