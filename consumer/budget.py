@@ -56,25 +56,30 @@ class InFlight:
         return max(1, min(max_records, self.max_rows - self.rows, by_bytes))
 
     def add(self, works: Iterable[Work]) -> None:
-        """Hold ``works`` (just fetched)."""
-        self._change(works, 1)
+        """Hold ``works`` (just fetched); each one's bytes are counted once, here, and kept on it (``held``)."""
+        rows = size = 0
+        for work in works:
+            rows += work.rows
+            work.held = held = held_bytes(work)
+            size += held
+        self.rows += rows
+        self.bytes += size
+        self._export()
 
     def remove(self, works: Iterable[Work]) -> None:
-        """Stop holding ``works`` (answered, or dropped on revoke)."""
-        self._change(works, -1)
+        """Stop holding ``works`` (answered, or dropped on revoke): the bytes :meth:`add` counted."""
+        rows = size = 0
+        for work in works:
+            rows += work.rows
+            held = work.held
+            size += held if held >= 0 else held_bytes(work)
+        self.rows -= rows
+        self.bytes -= size
+        self._export()
 
     def clear(self) -> None:
         """Stop holding anything (exactly_once: a window ended, committed or aborted)."""
         self.rows = self.bytes = 0
-        self._export()
-
-    def _change(self, works: Iterable[Work], sign: int) -> None:
-        rows = size = 0
-        for work in works:
-            rows += work.rows
-            size += held_bytes(work)
-        self.rows += sign * rows
-        self.bytes += sign * size
         self._export()
 
     def _export(self) -> None:

@@ -217,6 +217,8 @@ class Work:
         reduced: write the reduced dead letter (the full one was too large).
         order: its partition's order in the publisher (:class:`PartitionOrder`), once registered; None before.
         tombstone: an event request with a null value: not scored, answered with a tombstone of the same key.
+        held: the record's key, value and header bytes as :class:`consumer.budget.InFlight` counted them when it
+            was held, bytes; -1 before.
     """
 
     __slots__ = (
@@ -225,6 +227,7 @@ class Work:
         "correlation_id",
         "enqueued_at",
         "error",
+        "held",
         "offsets",
         "order",
         "record",
@@ -265,6 +268,7 @@ class Work:
         self.reduced = False
         self.order: PartitionOrder | None = None
         self.tombstone = False
+        self.held = -1  # the record's bytes as the in-flight budget counted them (consumer.budget); -1: not yet
 
     @property
     def offset(self) -> int:
