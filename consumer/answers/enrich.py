@@ -70,6 +70,10 @@ class EnrichedAnswers:
         """One result per work item (each holds one row), or the error that dead-letters it (an output its result
         schema cannot carry: ``inference_error``)."""
         rows = len(works)
+        if self._format == "avro":
+            tails = [avro.tail_values(spec, outputs[output], rows) for output, _, spec in self._fields]
+            if all(t is not None for t in tails):
+                return self._avro_spliced(works, tails)  # type: ignore[arg-type]
         if self._format == "json":
             columns = [(name, _json_rows(spec.batched, outputs[output], rows)) for output, name, spec in self._fields]
         else:
@@ -84,17 +88,40 @@ class EnrichedAnswers:
             if self._format == "json":
                 append(_spliced(event.raw, orjson.dumps(row)))
                 continue
-            assert self._schemas is not None
-            assert event.schema_id is not None
-            known = self._schemas.get(event.schema_id)
-            assert known is not None
-            assert known.result_id is not None
             try:
-                append(avro.frame(known.result_id, bytes(event.raw) + avro.encode(self._appended, row)))
+                append(
+                    avro.frame(self._result_id(event.schema_id), bytes(event.raw) + avro.encode(self._appended, row))
+                )
             except (ValueError, TypeError) as exc:
                 why = f"the result does not fit its schema: {exc!r:.200}"
                 append(InferenceError(DeadLetterReason.INFERENCE_ERROR, why))
         return results
+
+    def _avro_spliced(self, works: Sequence[Work], tails: list[list[bytes]]) -> list[bytes | RecordError]:
+        """Avro results whose output fields were encoded for the batch at once (:func:`consumer.events.avro.
+        tail_values`): frame, datum and each field's bytes joined once per result."""
+        frames: dict[int | None, bytes] = {}
+        results: list[bytes | RecordError] = []
+        append = results.append
+        join = b"".join
+        for work, *pieces in zip(works, *tails, strict=True):
+            assert work.request is not None
+            event = work.request.event
+            assert event is not None
+            head = frames.get(event.schema_id)
+            if head is None:
+                head = frames[event.schema_id] = avro.frame(self._result_id(event.schema_id), b"")
+            append(join((head, event.raw, *pieces)))
+        return results
+
+    def _result_id(self, schema_id: int | None) -> int:
+        """The result schema's ID of writer schema ``schema_id`` (resolved when the request was decoded)."""
+        assert self._schemas is not None
+        assert schema_id is not None
+        known = self._schemas.get(schema_id)
+        assert known is not None
+        assert known.result_id is not None
+        return known.result_id
 
 
 def _spliced(event: bytes | memoryview, members: bytes) -> bytes:
