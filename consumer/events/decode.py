@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any, Final, Literal
 
+import orjson
+
 from consumer.errors import DeadLetterReason, DecodeError, RecordError, ValidationError
 from consumer.events import avro
 from consumer.events.mapping import InputMapping
@@ -84,6 +86,8 @@ class EventDecoder:
         raws: list[bytes | memoryview] = []
         max_bytes = self._limits.max_record_bytes
         clash = self._clash
+        json = self._format == "json"
+        loads, invalid = orjson.loads, orjson.JSONDecodeError
         for i, value in enumerate(values):
             if value is None:
                 out[i] = TOMBSTONE
@@ -93,9 +97,16 @@ class EventDecoder:
                     DeadLetterReason.TOO_LARGE, f"record value is {len(value)} bytes; max_record_bytes is {max_bytes}"
                 )
                 continue
-            if self._format == "json":
-                raw: bytes | memoryview = value[avro.HEADER_BYTES :] if value[:1] == b"\x00" else value
-                decoded, schema_id = _json(raw), None
+            decoded: Any
+            if json:
+                raw: bytes | memoryview = value[avro.HEADER_BYTES :] if value.startswith(b"\x00") else value
+                try:
+                    decoded = loads(raw)
+                except invalid:
+                    decoded = _json(raw)  # the error, worded as every JSON record's
+                if type(decoded) is not dict:
+                    decoded = _json(raw)
+                schema_id = None
             else:
                 decoded, schema_id, raw = self._avro(value)
             if isinstance(decoded, RecordError):

@@ -9,13 +9,15 @@ from typing import Any
 import fastavro
 import numpy as np
 import orjson
+import pytest
 
 from consumer.errors import DeadLetterReason as R
-from consumer.errors import RecordError
+from consumer.errors import DecodeError, RecordError
 from consumer.events.avro import frame
 from consumer.events.decode import TOMBSTONE, EventDecoder
 from consumer.events.mapping import load_mapping
 from consumer.events.registry import Schemas
+from consumer.json_object import record_json
 from consumer.signature import ModelSignature, TensorSpec
 from consumer.timeouts import Backoff
 from consumer.work import DecodedRequest, Limits
@@ -69,6 +71,13 @@ def test_json_events_become_rows_of_one_block() -> None:
     assert requests[0].event is not None
     assert requests[0].event.fields == {"amount": 12.5, "merchant": "a"}
     assert requests[0].shape_key == (("amount", (1,)),)
+    # the messages are every JSON record's (consumer.json_object.record_json), word for word
+    for bad in (b"{not json", b"[1, 2]", b"\x00\x00\x00\x00\x07 7", b""):
+        (error,) = decoder.decode([bad])
+        with pytest.raises(DecodeError) as expected:
+            record_json(bad[5:] if bad[:1] == b"\x00" else bad)
+        assert isinstance(error, DecodeError)
+        assert (error.reason, str(error)) == (expected.value.reason, str(expected.value))
 
 
 def avro_bytes(schema: dict[str, Any], datum: dict[str, Any]) -> bytes:
