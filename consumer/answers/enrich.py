@@ -16,6 +16,7 @@ The result's key and headers are the request's (:class:`consumer.answers.records
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -70,8 +71,15 @@ class EnrichedAnswers:
         """One result per work item (each holds one row), or the error that dead-letters it (an output its result
         schema cannot carry: ``inference_error``)."""
         rows = len(works)
+        if self._format == "avro":
+            tails = [avro.tail_values(spec, outputs[output], rows) for output, _, spec in self._fields]
+            if all(t is not None for t in tails):
+                return self._avro_spliced(works, tails)  # type: ignore[arg-type]
         if self._format == "json":
             columns = [(name, _json_rows(spec.batched, outputs[output], rows)) for output, name, spec in self._fields]
+            members = _json_members(columns, rows)
+            if members is not None:
+                return [_spliced_members(w.request.event.raw, m) for w, m in zip(works, members, strict=True)]  # type: ignore[union-attr]
         else:
             columns = [(name, avro.row_values(spec, outputs[output], rows)) for output, name, spec in self._fields]
         results: list[bytes | RecordError] = []
@@ -84,25 +92,95 @@ class EnrichedAnswers:
             if self._format == "json":
                 append(_spliced(event.raw, orjson.dumps(row)))
                 continue
-            assert self._schemas is not None
-            assert event.schema_id is not None
-            known = self._schemas.get(event.schema_id)
-            assert known is not None
-            assert known.result_id is not None
             try:
-                append(avro.frame(known.result_id, bytes(event.raw) + avro.encode(self._appended, row)))
+                append(
+                    avro.frame(self._result_id(event.schema_id), bytes(event.raw) + avro.encode(self._appended, row))
+                )
             except (ValueError, TypeError) as exc:
                 why = f"the result does not fit its schema: {exc!r:.200}"
                 append(InferenceError(DeadLetterReason.INFERENCE_ERROR, why))
         return results
 
+    def _avro_spliced(self, works: Sequence[Work], tails: list[list[bytes]]) -> list[bytes | RecordError]:
+        """Avro results whose output fields were encoded for the batch at once (:func:`consumer.events.avro.
+        tail_values`): frame, datum and each field's bytes joined once per result."""
+        frames: dict[int | None, bytes] = {}
+        results: list[bytes | RecordError] = []
+        append = results.append
+        join = b"".join
+        for work, *pieces in zip(works, *tails, strict=True):
+            assert work.request is not None
+            event = work.request.event
+            assert event is not None
+            head = frames.get(event.schema_id)
+            if head is None:
+                head = frames[event.schema_id] = avro.frame(self._result_id(event.schema_id), b"")
+            append(join((head, event.raw, *pieces)))
+        return results
+
+    def _result_id(self, schema_id: int | None) -> int:
+        """The result schema's ID of writer schema ``schema_id`` (resolved when the request was decoded)."""
+        assert self._schemas is not None
+        assert schema_id is not None
+        known = self._schemas.get(schema_id)
+        assert known is not None
+        assert known.result_id is not None
+        return known.result_id
+
 
 def _spliced(event: bytes | memoryview, members: bytes) -> bytes:
     """A JSON object's bytes with ``members`` (an object, ``{...}``) appended inside its closing brace."""
+    return _spliced_members(event, members[1:])
+
+
+def _spliced_members(event: bytes | memoryview, members: bytes) -> bytes:
+    """:func:`_spliced` of members already joined (``"a":1,"b":[2,3]}``: no opening brace)."""
+    end = bytes(event[-2:])
+    if end[1:] == b"}" and end[:1] not in _AFTER_NOTHING:  # compact and not empty: as orjson writes one
+        return b"".join((memoryview(event)[:-1], b",", members))
     head = bytes(event).rstrip()
     assert head.endswith(b"}")  # the decoder parsed it as an object
     body = head[:-1].rstrip()
-    return body + (members[1:] if body.endswith(b"{") else b"," + members[1:])
+    return body + members if body.endswith(b"{") else body + b"," + members
+
+
+#: What may precede an object's closing brace when no member does: whitespace, or its opening brace.
+_AFTER_NOTHING = frozenset((b" ", b"\t", b"\r", b"\n", b"{", b""))
+
+
+def _json_members(columns: list[tuple[str, list[Any]]], rows: int) -> list[bytes] | None:
+    """Each row's output members as ``orjson.dumps`` of its row object writes them, less the opening brace
+    (``"label":1,"probabilities":[0.1,0.9]}``), from one ``orjson.dumps`` per output for the whole batch, split at
+    its commas (a number's text holds none). None when an output's values are not all numbers (ints, floats,
+    booleans, None) or flat lists of them: the caller then writes each row's object."""
+    texts = []
+    for name, values in columns:
+        key = orjson.dumps(name) + b":"
+        if not values:
+            return []
+        first = values[0]
+        if type(first) is list:
+            if not all(type(v) is list for v in values) or not _numbers(itertools.chain.from_iterable(values)):
+                return None
+            inner = orjson.dumps(values)[2:-2].split(b"],[")
+            texts.append([key + b"[" + t + b"]" for t in inner])
+        else:
+            if not _numbers(values):
+                return None
+            texts.append([key + t for t in orjson.dumps(values)[1:-1].split(b",")])
+    if not texts:  # no output in the result
+        return [b"}"] * rows
+    join = b",".join
+    return [join(parts) + b"}" for parts in zip(*texts, strict=True)]
+
+
+def _numbers(values: Any) -> bool:
+    """Whether every value is a JSON number, boolean or null (their text holds no comma nor bracket)."""
+    return set(map(type, values)) <= _SCALARS
+
+
+#: The Python types of JSON numbers, booleans and null.
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def _json_rows(batched: bool, arr: np.ndarray, rows: int) -> list[Any]:

@@ -241,3 +241,69 @@ def row_values(spec: TensorSpec, arr: np.ndarray, rows: int) -> list[Any]:
     if scalar:
         return arr.reshape(rows, -1)[:, 0].tolist()  # type: ignore[no-any-return]
     return arr.tolist()  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------------------------------------ result tails
+#: The ``["null", T]`` union's branch index of ``T`` (1), as Avro writes a union: the zigzag varint of the index.
+_SECOND_BRANCH = b"\x02"
+
+
+def zigzag(n: int) -> bytes:
+    """The Avro binary encoding of ``int`` or ``long`` ``n`` (a signed 64-bit value): its zigzag varint, as
+    fastavro's ``write_long`` writes it."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z & ~0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def tail_values(spec: TensorSpec, arr: np.ndarray, rows: int) -> list[bytes] | None:
+    """Each row's encoding of the result field ``["null", T]`` of batched output ``arr`` ``[rows, ...]``, computed
+    for the whole batch at once: the same bytes fastavro's ``schemaless_writer`` writes for :func:`row_values`'
+    values (a test holds them equal). None where this fast path does not apply (an output without a batch axis, more
+    than one axis per row, a type other than FP32/FP64, INT8-64 and UINT8-32, a non-finite float); the caller then
+    encodes with fastavro.
+
+    - a scalar FP32 / FP64 row: the branch byte and the 4 / 8 little-endian bytes of the value (``float`` /
+      ``double``); an INT / UINT row: the branch byte and its zigzag varint (``int`` / ``long``);
+    - a row of N floats (``array``): the branch byte, N as a varint, the N values, and the array's end (a 0 block).
+    """
+    dims = spec.shape[1:] if spec.batched else spec.shape
+    kind, size = arr.dtype.kind, arr.dtype.itemsize
+    if not spec.batched or arr.ndim < 1 or arr.shape[0] != rows:
+        return None
+    scalar = not any(d != 1 for d in dims)
+    if kind in "iu" and scalar and not (kind == "u" and size > 4):
+        codes: dict[int, bytes] = {}
+        out = []
+        for v in arr.reshape(rows, -1)[:, 0].tolist():
+            code = codes.get(v)
+            if code is None:
+                code = codes[v] = _SECOND_BRANCH + zigzag(v)
+            out.append(code)
+        return out
+    if kind != "f" or size not in (4, 8) or not np.isfinite(arr).all():
+        return None
+    per_row = arr.reshape(rows, -1)
+    if scalar:
+        values = per_row[:, :1]
+        head = _SECOND_BRANCH
+        foot = b""
+    elif len(dims) == 1 and arr.ndim == 2 and per_row.shape[1] > 0:
+        values = per_row
+        head = _SECOND_BRANCH + zigzag(per_row.shape[1])
+        foot = b"\x00"
+    else:
+        return None
+    body = np.ascontiguousarray(values, dtype=f"<f{size}").view(np.uint8).reshape(rows, -1)
+    width = len(head) + body.shape[1] + len(foot)
+    buf = np.empty((rows, width), dtype=np.uint8)
+    buf[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
+    buf[:, len(head) : len(head) + body.shape[1]] = body
+    if foot:
+        buf[:, -1] = 0
+    flat = buf.tobytes()
+    return [flat[k : k + width] for k in range(0, rows * width, width)]

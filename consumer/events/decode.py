@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any, Final, Literal
 
+import orjson
+
 from consumer.errors import DeadLetterReason, DecodeError, RecordError, ValidationError
 from consumer.events import avro
 from consumer.events.mapping import InputMapping
@@ -68,6 +70,7 @@ class EventDecoder:
         self.schemas = schemas
         self._clash = tuple(result_fields)
         self._shape_key = mapping.shape_key
+        self._numeric_ids: dict[int | None, bool] = {}
 
     async def prepare(self, values: Sequence[bytes | None], idle: Idle | None = None) -> None:
         """Avro: resolve the writer schemas of ``values`` (waiting out an unreachable registry); json: nothing."""
@@ -84,6 +87,8 @@ class EventDecoder:
         raws: list[bytes | memoryview] = []
         max_bytes = self._limits.max_record_bytes
         clash = self._clash
+        json = self._format == "json"
+        loads, invalid = orjson.loads, orjson.JSONDecodeError
         for i, value in enumerate(values):
             if value is None:
                 out[i] = TOMBSTONE
@@ -93,9 +98,16 @@ class EventDecoder:
                     DeadLetterReason.TOO_LARGE, f"record value is {len(value)} bytes; max_record_bytes is {max_bytes}"
                 )
                 continue
-            if self._format == "json":
-                raw: bytes | memoryview = value[avro.HEADER_BYTES :] if value[:1] == b"\x00" else value
-                decoded, schema_id = _json(raw), None
+            decoded: Any
+            if json:
+                raw: bytes | memoryview = value[avro.HEADER_BYTES :] if value.startswith(b"\x00") else value
+                try:
+                    decoded = loads(raw)
+                except invalid:
+                    decoded = _json(raw)  # the error, worded as every JSON record's
+                if type(decoded) is not dict:
+                    decoded = _json(raw)
+                schema_id = None
             else:
                 decoded, schema_id, raw = self._avro(value)
             if isinstance(decoded, RecordError):
@@ -112,7 +124,8 @@ class EventDecoder:
             schema_of.append(schema_id)
             raws.append(raw)
         if events:
-            block, errors = self._mapping.tensors(events)
+            numbers = not json and all(map(self._numeric, set(schema_of)))
+            block, errors = self._mapping.tensors(events, numbers)
             key = self._shape_key
             row = 0
             for i, event, schema_id, raw, error in zip(where, events, schema_of, raws, errors, strict=True):
@@ -124,6 +137,17 @@ class EventDecoder:
                 out[i] = request
                 row += 1
         return out
+
+    def _numeric(self, schema_id: int | None) -> bool:
+        """Whether the records of writer schema ``schema_id`` hold every mapped field as a number
+        (:meth:`~consumer.events.mapping.InputMapping.numeric`; asked once per schema)."""
+        numeric = self._numeric_ids.get(schema_id)
+        if numeric is None:
+            known = self.schemas.get(schema_id) if self.schemas is not None and schema_id is not None else None
+            if known is None:
+                return False
+            numeric = self._numeric_ids[schema_id] = self._mapping.numeric(known.parsed)
+        return numeric
 
     def _avro(self, value: bytes) -> tuple[dict[str, Any] | RecordError, int | None, memoryview]:
         """(the datum or its error, the schema ID, the datum's bytes)."""

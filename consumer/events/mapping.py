@@ -53,6 +53,8 @@ from consumer.signature import ModelSignature, TensorSpec
 
 #: The types a JSON or Avro number decodes to (a boolean is neither).
 _NUMBER_TYPES = frozenset({int, float})
+#: The Avro types whose values fastavro reads as an int or a float.
+_AVRO_NUMBERS = frozenset({"int", "long", "float", "double"})
 #: Marks a field without a default (``None`` is a legal default for nothing: a null is "missing").
 REQUIRED: Any = object()
 #: Largest float32 magnitude: a number above it does not fit a float32 input.
@@ -124,15 +126,22 @@ class InputMapping:
         """The paths of every field the mapping reads, in input order (an Avro writer schema is checked for them)."""
         return tuple(f.path for plan in self.inputs for f in plan.fields)
 
-    def tensors(self, events: Sequence[dict[str, Any]]) -> tuple[dict[str, np.ndarray], list[RecordError | None]]:
+    def tensors(
+        self, events: Sequence[dict[str, Any]], numbers: bool = False
+    ) -> tuple[dict[str, np.ndarray], list[RecordError | None]]:
         """One tensor per input for ``events`` (decoded objects, one per record), rows in event order, and each
         event's error (None when it feeds every input).
+
+        Args:
+            numbers: every field the mapping reads is known to be present in every event as an int or a float
+                (Avro events whose writer schemas declare each one ``int``, ``long``, ``float`` or ``double``:
+                :meth:`numeric`): the per-value type scan is skipped.
 
         Returns:
             (block, errors): input name -> array ``[kept, ...]`` of the model's dtype holding only the events whose
             error is None, in order; and one error or None per event.
         """
-        fast = self._numbers(events)
+        fast = self._numbers(events, numbers)
         if fast is not None:
             return fast, [None] * len(events)
         errors: list[RecordError | None] = [None] * len(events)
@@ -150,7 +159,7 @@ class InputMapping:
             block[plan.spec.name] = arr
         return block, errors
 
-    def _numbers(self, events: Sequence[dict[str, Any]]) -> dict[str, np.ndarray] | None:
+    def _numbers(self, events: Sequence[dict[str, Any]], typed: bool = False) -> dict[str, np.ndarray] | None:
         """The common case at C speed: every input a float one fed by top-level scalar fields without lookups, every
         event holding every field as a number (an int or a float, no boolean, no null) within float32 where an input
         is float32: one ``itemgetter`` over all the fields per event, one type scan, one array. None when any of that
@@ -163,7 +172,7 @@ class InputMapping:
         except KeyError:
             return None
         values = rows if self._width == 1 else itertools.chain.from_iterable(rows)
-        if not set(map(type, values)) <= _NUMBER_TYPES:
+        if not typed and not set(map(type, values)) <= _NUMBER_TYPES:
             return None
         arr = np.array(rows, dtype=np.float64).reshape(len(events), self._width)
         if not np.isfinite(arr).all() or (self._float32 and float(np.abs(arr).max()) > _FLOAT32_MAX):
@@ -187,6 +196,16 @@ class InputMapping:
             if any(len(f.path) != 1 or f.lookup is not None for f in plan.fields):
                 return None
         return operator.itemgetter(*(f.path[0] for plan in self.inputs for f in plan.fields))
+
+    def numeric(self, schema: Any) -> bool:
+        """Whether Avro record ``schema`` (fastavro's parsed form, logical types raw) declares every field the
+        mapping reads as ``int``, ``long``, ``float`` or ``double`` (no union, no null) and the mapping is one
+        :meth:`_numbers` applies to: its records then hold each as an int or a float (``tensors(numbers=True)``)."""
+        if self._getter is None or not isinstance(schema, dict):
+            return False
+        types = {f.get("name"): f.get("type") for f in schema.get("fields", ())}
+        wanted = [types.get(f.path[0]) for plan in self.inputs for f in plan.fields]
+        return all(isinstance(t, str) and t in _AVRO_NUMBERS for t in wanted)
 
     @functools.cached_property
     def _width(self) -> int:

@@ -9,13 +9,16 @@ from typing import Any
 import fastavro
 import numpy as np
 import orjson
+import pytest
 
 from consumer.errors import DeadLetterReason as R
-from consumer.errors import RecordError
+from consumer.errors import DecodeError, RecordError
 from consumer.events.avro import frame
+from consumer.events.avro import parse as avro_parse
 from consumer.events.decode import TOMBSTONE, EventDecoder
 from consumer.events.mapping import load_mapping
 from consumer.events.registry import Schemas
+from consumer.json_object import record_json
 from consumer.signature import ModelSignature, TensorSpec
 from consumer.timeouts import Backoff
 from consumer.work import DecodedRequest, Limits
@@ -69,6 +72,13 @@ def test_json_events_become_rows_of_one_block() -> None:
     assert requests[0].event is not None
     assert requests[0].event.fields == {"amount": 12.5, "merchant": "a"}
     assert requests[0].shape_key == (("amount", (1,)),)
+    # the messages are every JSON record's (consumer.json_object.record_json), word for word
+    for bad in (b"{not json", b"[1, 2]", b"\x00\x00\x00\x00\x07 7", b""):
+        (error,) = decoder.decode([bad])
+        with pytest.raises(DecodeError) as expected:
+            record_json(bad[5:] if bad[:1] == b"\x00" else bad)
+        assert isinstance(error, DecodeError)
+        assert (error.reason, str(error)) == (expected.value.reason, str(expected.value))
 
 
 def avro_bytes(schema: dict[str, Any], datum: dict[str, Any]) -> bytes:
@@ -128,3 +138,24 @@ async def test_a_refused_result_schema_dead_letters_its_writer_schemas_records()
     assert outcome(out) == R.RESULT_SCHEMA_REFUSED
     assert "409" in str(out)
     assert "scored-value" in str(out)
+
+
+def test_only_plain_numeric_avro_fields_skip_the_type_scan() -> None:
+    def schema(t: Any) -> Any:
+        return avro_parse({"type": "record", "name": "R", "fields": [{"name": "amount", "type": t}]})
+
+    assert MAPPING.numeric(schema("double"))
+    assert MAPPING.numeric(schema("long"))
+    assert not MAPPING.numeric(schema(["null", "double"]))  # a null: missing_field, found by the scan
+    assert not MAPPING.numeric(schema("string"))
+    assert not MAPPING.numeric(avro_parse({"type": "record", "name": "R", "fields": [{"name": "x", "type": "double"}]}))
+    # the scan skipped or not, the tensors are the same
+    events = [{"amount": 1}, {"amount": 2.5}, {"amount": -0.0}]
+    typed, errors = MAPPING.tensors(events, numbers=True)
+    scanned, _ = MAPPING.tensors(events)
+    assert errors == [None] * 3
+    assert typed["amount"].tobytes() == scanned["amount"].tobytes()
+    assert typed["amount"].dtype == np.float32
+    _huge, errors = MAPPING.tensors([{"amount": 1e300}], numbers=True)  # the range is still checked
+    assert errors[0] is not None
+    assert errors[0].reason == R.WRONG_TYPE
