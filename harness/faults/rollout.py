@@ -46,7 +46,6 @@ import orjson
 from consumer.oip.client import encode_request
 from harness.faults.harness import ROOT, Harness, Outcome, Plan, log_excerpt
 from harness.faults.steps import (
-    DRAIN_S,
     HEADER,
     HEARTBEAT_MS,
     PARTITIONS,
@@ -57,9 +56,10 @@ from harness.faults.steps import (
     Load,
     Reader,
     _settle,
-    _until,
     figures,
+    tally,
     target_s,
+    wind_down,
 )
 
 #: Members serving the group before, during (one more: the surge) and after the rollout.
@@ -172,20 +172,9 @@ async def scenario_rollout(h: Harness, plan: Plan, delivery: str) -> Outcome:
     except RuntimeError as exc:  # a member that did not start
         failure = f"error: {exc}"
     finally:
-        load.stop()
-        ended = time.time()
-        try:
-            await sending
-        finally:
-            expected = sum(load.sent)
-            await _until(reader, lambda: sum(len(s) for s in reader.receipts.seen) >= expected, DRAIN_S)
-            await asyncio.sleep(2.0)  # late duplicates
-            reader.stop()
-            await reading
-    alive = [p.returncode is None for p in group.members]
-    codes = group.exits + [p.terminate()[0] for p in group.members]
+        ended = await wind_down(load, sending, reader, reading)
+    alive, codes, lost = tally(group, load, reader)
     r = reader.receipts
-    lost = sum(load.sent) - sum(len(s) for s in r.seen)
     rows: list[Figures] = []
     bounds = [m[1] for m in marks[1:]] + [ended]
     for (label, start, act_s), end in zip(marks, bounds, strict=True):

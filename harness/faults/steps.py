@@ -375,6 +375,35 @@ async def _settle(reader: Reader, since: float, settle_s: float, limit_s: float)
     await asyncio.sleep(settle_s)
 
 
+async def wind_down(load: Load, sending: asyncio.Task[None], reader: Reader, reading: asyncio.Task[None]) -> float:
+    """Stop the load, wait for its last acknowledgements, let the reader receive every answer (at most
+    :data:`DRAIN_S`) and any late duplicate (2 s), stop it; returns when the load stopped (``time.time()`` s).
+
+    Raises:
+        aiokafka.errors.KafkaError: the load's last batch was not written (the reader is stopped all the same).
+    """
+    load.stop()
+    ended = time.time()
+    try:
+        await sending
+    finally:
+        expected = sum(load.sent)
+        await _until(reader, lambda: sum(len(s) for s in reader.receipts.seen) >= expected, DRAIN_S)
+        await asyncio.sleep(2.0)  # late duplicates
+        reader.stop()
+        await reading
+    return ended
+
+
+def tally(group: Group, load: Load, reader: Reader) -> tuple[list[bool], list[int], int]:
+    """After :func:`wind_down`: whether each current member was still running, every member's exit code (the
+    current ones SIGTERMed now) and how many requests got no answer at all."""
+    alive = [p.returncode is None for p in group.members]
+    codes = group.exits + [p.terminate()[0] for p in group.members]
+    lost = sum(load.sent) - sum(len(s) for s in reader.receipts.seen)
+    return alive, codes, lost
+
+
 #: What a step's action hands back: the members whose rebalances count (their count before it, or after their own
 #: restart), the rebalances counted already (None: none watched), how long the action took (s).
 Watched = tuple[dict[ConsumerProcess, int], int | None, float]
@@ -466,20 +495,9 @@ async def scenario_steps(h: Harness, plan: Plan, delivery: str, membership: str)
     except RuntimeError as exc:  # a member that did not start
         failure = f"error: {exc}"
     finally:
-        load.stop()
-        ended = time.time()
-        try:
-            await sending
-        finally:
-            expected = sum(load.sent)
-            await _until(reader, lambda: sum(len(s) for s in reader.receipts.seen) >= expected, DRAIN_S)
-            await asyncio.sleep(2.0)  # late duplicates
-            reader.stop()
-            await reading
-    alive = [p.returncode is None for p in group.members]
-    codes = group.exits + [p.terminate()[0] for p in group.members]
+        ended = await wind_down(load, sending, reader, reading)
+    alive, codes, lost = tally(group, load, reader)
     r = reader.receipts
-    lost = sum(load.sent) - sum(len(s) for s in r.seen)
     rows: list[Figures] = []
     bounds = [m[1] for m in marks[1:]] + [ended]
     for (label, start, moved, action_s), end in zip(marks, bounds, strict=True):

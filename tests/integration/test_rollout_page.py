@@ -98,7 +98,8 @@ def test_the_digits_path_records_sets_and_gates(tmp_path: Path) -> None:
         assert "LinearClassifier (ai.onnx.ml)" in line, line
         assert "Scaler (ai.onnx.ml)" in line, line
     assert "gate: PASS: /tmp/rollout/digits-v2/digits.onnx" in out
-    assert Path("/tmp/rollout/digits-v2/digits.record.json").exists()  # the page's path
+    record = json.loads(Path("/tmp/rollout/digits-v2/digits.record.json").read_text())  # the passing candidate's
+    assert record["model"]["version"] == "2"  # --model-version 2: what its answers will carry
 
 
 def test_the_breast_cancer_path_sets_from_an_events_topic(tmp_path: Path) -> None:
@@ -109,6 +110,8 @@ def test_the_breast_cancer_path_sets_from_an_events_topic(tmp_path: Path) -> Non
         (line,) = [line for line in out.splitlines() if f"gate: {variant} does not apply" in line]
         assert "TreeEnsembleClassifier (ai.onnx.ml)" in line, line
     assert "gate: PASS: /tmp/rollout/breast_cancer-v2/breast_cancer.onnx" in out
+    record = json.loads(Path("/tmp/rollout/breast_cancer-v2/breast_cancer.record.json").read_text())
+    assert record["model"]["version"] == "2"
 
 
 @pytest.mark.skipif(not SHADOW, reason="shadow scoring is not on this branch yet: no shadow_model_path setting")
