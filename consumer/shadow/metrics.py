@@ -13,11 +13,11 @@ import threading
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from consumer.ops.metrics import STAGE_SECONDS_BUCKETS
+from consumer.ops.metrics import STAGE_SECONDS_BUCKETS, MetricTable, counter, gauge, histogram
 from consumer.shadow.compare import Comparison, Plan
 
 #: Largest absolute difference per row between the two models' values, in the output's own units: from float32
@@ -28,27 +28,52 @@ DIFF_BUCKETS = (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.25, 0.5, 1.0)
 ANSWER_OUTCOMES = ("acked", "failed", "shed")
 
 
-class ShadowMetrics:
-    """Every ``streaminfer_shadow_*`` metric.
+class ShadowMetrics(MetricTable):
+    """Every ``streaminfer_shadow_*`` metric: the table below (:class:`consumer.ops.metrics.MetricTable`), and the
+    difference histogram, whose ``output`` values come from the two models (:class:`LabelledBulkHistogram`).
 
     Args:
         registry: the service's registry.
         plan: the outputs compared (their names label the agreement and difference metrics).
     """
 
+    scored_rows = counter(
+        "streaminfer_shadow_rows", "Rows the candidate model scored and compared with the serving model."
+    )
+    agreed = counter(
+        "streaminfer_shadow_agreed_rows",
+        "Rows on which the candidate agrees with the serving model: same label, or same top-1 column of a "
+        "[rows, classes] float output.",
+        ["output"],
+    )
+    seconds = histogram(
+        "streaminfer_shadow_seconds",
+        "Time the candidate took per run (the micro-batches queued together; feeds assembled and ONNX Runtime, "
+        "its own thread), seconds.",
+        STAGE_SECONDS_BUCKETS,
+    )
+    shed_batches = counter(
+        "streaminfer_shadow_shed_batches",
+        "Micro-batches the candidate did not score: shadow_max_pending were already waiting.",
+    )
+    shed_rows = counter("streaminfer_shadow_shed_rows", "Rows of the shed micro-batches.")
+    failures = counter(
+        "streaminfer_shadow_failures",
+        "Micro-batches the candidate failed on (ONNX Runtime raised): not compared, never retried.",
+    )
+    pending = gauge(
+        "streaminfer_shadow_pending_batches",
+        "Micro-batches offered to the candidate and not yet scored (at most shadow_max_pending).",
+    )
+    answers = counter(
+        "streaminfer_shadow_answers",
+        "The candidate's answers for shadow_results_topic, by outcome (acked, failed, shed).",
+        ["outcome"],
+        ANSWER_OUTCOMES,
+    )
+
     def __init__(self, registry: CollectorRegistry, plan: Plan) -> None:
-        self.registry = registry
-        self.rows = Counter(
-            "streaminfer_shadow_rows", "Rows the candidate model scored and compared with the serving model.",
-            registry=registry,
-        )  # fmt: skip
-        self.agreed = Counter(
-            "streaminfer_shadow_agreed_rows",
-            "Rows on which the candidate agrees with the serving model: same label, or same top-1 column of a "
-            "[rows, classes] float output.",
-            ["output"],
-            registry=registry,
-        )
+        super().__init__(registry)
         self.max_abs_diff = LabelledBulkHistogram(
             "streaminfer_shadow_max_abs_diff",
             "Largest absolute difference per row between the candidate's and the serving model's float output, "
@@ -58,43 +83,12 @@ class ShadowMetrics:
             DIFF_BUCKETS,
             registry,
         )
-        self.seconds = Histogram(
-            "streaminfer_shadow_seconds",
-            "Time the candidate took per run (the micro-batches queued together; feeds assembled and ONNX Runtime, "
-            "its own thread), seconds.",
-            buckets=STAGE_SECONDS_BUCKETS,
-            registry=registry,
-        )
-        self.shed_batches = Counter(
-            "streaminfer_shadow_shed_batches",
-            "Micro-batches the candidate did not score: shadow_max_pending were already waiting.",
-            registry=registry,
-        )
-        self.shed_rows = Counter("streaminfer_shadow_shed_rows", "Rows of the shed micro-batches.", registry=registry)
-        self.failures = Counter(
-            "streaminfer_shadow_failures",
-            "Micro-batches the candidate failed on (ONNX Runtime raised): not compared, never retried.",
-            registry=registry,
-        )
-        self.pending = Gauge(
-            "streaminfer_shadow_pending_batches",
-            "Micro-batches offered to the candidate and not yet scored (at most shadow_max_pending).",
-            registry=registry,
-        )
-        self.answers = Counter(
-            "streaminfer_shadow_answers",
-            "The candidate's answers for shadow_results_topic, by outcome (acked, failed, shed).",
-            ["outcome"],
-            registry=registry,
-        )
         for output in plan.agreement:
             self.agreed.labels(output)
-        for outcome in ANSWER_OUTCOMES:
-            self.answers.labels(outcome)
 
     def observe(self, comparison: Comparison, seconds: float) -> None:
         """Count one compared batch (called from the shadow thread: every update is thread-safe)."""
-        self.rows.inc(comparison.rows)
+        self.scored_rows.inc(comparison.rows)
         for output, agreed in comparison.agreed.items():
             self.agreed.labels(output).inc(agreed)
         for output, diffs in comparison.diffs.items():
