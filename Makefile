@@ -139,10 +139,10 @@ k8s: $(STAMP) ## render every overlay (cpu, gpu, cpu-hpa) into build/k8s-*.yaml
 	@for overlay in k8s/overlays/*/; do name=$$(basename $$overlay); \
 		$(VENV)/bin/kubectl kustomize $$overlay > build/k8s-$$name.yaml && echo "build/k8s-$$name.yaml"; done
 
-cluster: $(STAMP) ## a one-node Kubernetes on loopback (binaries built once into ~/.cache/streaminfer/k8s; CRDs installed); prints KUBECONFIG
+cluster: $(STAMP) ## a one-node Kubernetes on this machine, pods on a private bridge (binaries built once into ~/.cache/streaminfer/k8s; CRDs installed); prints KUBECONFIG
 	$(PY) -m harness.cluster start
 
-cluster-stop: $(STAMP) ## stop the one-node cluster and remove everything it wrote (.cluster/, its cgroups)
+cluster-stop: $(STAMP) ## stop the one-node cluster and remove everything it made (.cluster/, cgroups, pods' bridge and netns)
 	$(PY) -m harness.cluster stop
 
 test-cluster: $(STAMP) $(MODEL) ## every overlay applied to the running cluster, the CPU image as a pod serving (needs make cluster, make image-cpu)

@@ -230,9 +230,10 @@ class Settings(BaseSettings):
         "a producer of its own: at-least-once and outside exactly_once's transactions; None: compared only.",
     )
     shadow_max_pending: int = Field(
-        2,
+        16,
         ge=1,
-        description="Micro-batches waiting for the candidate, at most; one more is shed whole "
+        description="Micro-batches waiting for the candidate, at most (those waiting together run as one); one more "
+        "is shed whole "
         "(streaminfer_shadow_shed_batches_total) rather than slow the consumer, batches.",
     )
     tokenizer_path: Path | None = Field(

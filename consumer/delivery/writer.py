@@ -154,6 +154,12 @@ class AnswerWriter:
         Raises:
             aiokafka.errors.KafkaError: a topic's metadata cannot be had.
         """
+        topics = {answer.topic for answer in answers}
+        if len(topics) == 1:  # the common case (every answer a result, or every one a dead letter): no regrouping
+            (topic,) = topics
+            partitions = sorted(await producer.partitions_for(topic))
+            destination = {partition: (topic, partition) for partition in partitions}
+            return [destination[p] for p in partitions_for_keys([answer.key for answer in answers], partitions)]
         by_topic: dict[str, list[int]] = {}
         for i, answer in enumerate(answers):
             by_topic.setdefault(answer.topic, []).append(i)

@@ -95,13 +95,14 @@ def decode_chunk(
     stacks: dict[_StackKey, list[_Parsed]] = {}
     binaries: dict[_StackKey, list[_Binary]] = {}
     max_bytes = limits.max_record_bytes
+    parse_plain = _parse_plain_one if len(signature.inputs) == 1 else _parse_plain
     for i, (value, form) in enumerate(zip(values, forms, strict=True)):
         found: tuple[_StackKey, Any] | None = None
         if not value or len(value) > max_bytes:
             pass
         elif form is JSON_FORM:
             if not (scan and (b"true" in value or b"false" in value)):
-                found = _parse_plain(i, value, signature)
+                found = parse_plain(i, value, signature)
                 if found is not None:
                     stacks.setdefault(found[0], []).append(found[1])
                     continue
@@ -115,9 +116,14 @@ def decode_chunk(
         (members, _decode_stack(key, members, signature, limits)) for key, members in stacks.items()
     ]
     decoded += [(found, _decode_binary_stack(key, found, signature, limits)) for key, found in binaries.items()]
-    for members, requests in decoded:  # a stack that failed a check: each of its records on its own
-        for k, (i, *_) in enumerate(members):
-            out[i] = decode_form(values[i], forms[i], signature, limits) if requests is None else requests[k]
+    for members, requests in decoded:
+        if requests is None:  # a stack that failed a check: each of its records on its own
+            for m in members:
+                i = m[0]
+                out[i] = decode_form(values[i], forms[i], signature, limits)
+        else:
+            for m, request in zip(members, requests, strict=True):
+                out[m[0]] = request
     return out  # type: ignore[return-value]  # every slot is filled above
 
 
@@ -148,6 +154,46 @@ def _envelope(
         except RecordError:
             return None
     return raw_inputs, request_id, outputs, bool(parameters and parameters.get("binary_data_output") is True)
+
+
+def _parse_plain_one(index: int, value: bytes, signature: ModelSignature) -> tuple[_StackKey, _Parsed] | None:
+    """:func:`_parse_plain` of a one-input model, :func:`_envelope` and :func:`_declared` inlined (the same checks,
+    so the same records are taken; this runs once per record of a chunk)."""
+    try:
+        body = orjson.loads(value)
+        raw_inputs = body["inputs"]
+    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+        return None
+    if type(body) is not dict or type(raw_inputs) is not list or len(raw_inputs) != 1:
+        return None
+    item = raw_inputs[0]
+    if type(item) is not dict or "parameters" in item:
+        return None
+    try:
+        name, shape, datatype, data = item["name"], item["shape"], item["datatype"], item["data"]
+    except KeyError:
+        return None
+    if type(name) is not str or type(shape) is not list or type(datatype) is not str or type(data) is not list:
+        return None
+    if name != signature.inputs[0].name:
+        return None
+    for d in shape:
+        if type(d) is not int or d < 0:
+            return None
+    request_id = body.get("id")
+    parameters = body.get("parameters")
+    if (request_id is not None and type(request_id) is not str) or (
+        parameters is not None and type(parameters) is not dict
+    ):
+        return None
+    outputs = None
+    if "outputs" in body:
+        try:
+            outputs = requested_outputs(body["outputs"], signature)
+        except RecordError:
+            return None
+    binary_output = bool(parameters and parameters.get("binary_data_output") is True)
+    return ((datatype, tuple(shape)),), (index, request_id, outputs, binary_output, [data])
 
 
 def _parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_StackKey, _Parsed] | None:

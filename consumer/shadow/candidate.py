@@ -29,6 +29,8 @@ from consumer.signature import ModelSignature
 
 log = logging.getLogger(__name__)
 
+#: ONNX Runtime intra-op threads of the candidate's session (:func:`load_candidate`).
+INTRA_OP_THREADS = 1
 #: The settings that name the candidate and its record, in error messages.
 SETTINGS = ("shadow_model_path", "shadow_validation_record")
 
@@ -79,7 +81,9 @@ def load_candidate(
     """The candidate of ``shadow_model_path``, checked and warmed up; None when the setting is unset.
 
     Opened with the serving model's execution provider and session options, but its own name and version (the
-    graph metadata's: ``model_name`` and ``model_version`` name the serving model).
+    graph metadata's: ``model_name`` and ``model_version`` name the serving model) and :data:`INTRA_OP_THREADS`
+    intra-op thread: a candidate that computes all the time (slower than the stream, shedding) then takes at most
+    one core from the serving model, whose own session keeps ``intra_op_threads``.
 
     Args:
         warmup_sample: as :meth:`consumer.model.runner.OnnxRunner.load` (the decoded ``warmup_request``).
@@ -94,7 +98,9 @@ def load_candidate(
         return None
     if not checked:  # before loading: a wrong file is refused at once
         check_record(settings)
-    options = dataclasses.replace(SessionOptions.from_settings(settings), model_name=None, model_version=None)
+    options = dataclasses.replace(
+        SessionOptions.from_settings(settings), model_name=None, model_version=None, intra_op_threads=INTRA_OP_THREADS
+    )
     runner = OnnxRunner.load(path, options, warmup_sample=warmup_sample, answer_encoders=(check_output,))
     check_inputs(serving.signature, runner.signature)
     sizes, lengths = warmup_plan(runner, settings.max_batch_size)

@@ -60,7 +60,8 @@ class ShadowMetrics:
         )
         self.seconds = Histogram(
             "streaminfer_shadow_seconds",
-            "Time the candidate took per micro-batch (feeds assembled and ONNX Runtime run, its own thread), seconds.",
+            "Time the candidate took per run (the micro-batches queued together; feeds assembled and ONNX Runtime, "
+            "its own thread), seconds.",
             buckets=STAGE_SECONDS_BUCKETS,
             registry=registry,
         )

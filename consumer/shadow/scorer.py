@@ -40,9 +40,17 @@ from consumer.shadow.answers import ShadowAnswers
 from consumer.shadow.compare import Plan, compare, plan
 from consumer.shadow.metrics import ShadowMetrics
 from consumer.signature import ModelSignature
+from consumer.work import DecodedRequest, Work
 
 log = logging.getLogger(__name__)
 
+#: The thread is woken once this share of ``shadow_max_pending`` batches is queued (a quarter: the rest absorbs the
+#: batches that arrive while it waits for the GIL) (or :data:`FLUSH_S` after the
+#: first one), and scores them in one run: a wake-up per micro-batch would make the thread and a busy event loop
+#: hand the GIL to each other hundreds of times a second (each hand-over costs both threads CPU).
+WAKE_SHARE = 0.25
+#: Longest time a queued micro-batch waits for others before the thread scores what is queued, seconds.
+FLUSH_S = 0.05
 #: Longest wait at stop for the batch the candidate is scoring, seconds (the thread is a daemon: a longer one is
 #: left behind, its answers unsent).
 STOP_WAIT_S = 5.0
@@ -79,11 +87,14 @@ class ShadowScorer:
         self.records = records
         self._encoder = BatchEncoder(candidate.signature)
         self._max_pending = max_pending
+        self._wake = max(1, int(max_pending * WAKE_SHARE))
         self._clock = clock
         self._names = [spec.name for spec in candidate.signature.inputs]
         self._outputs = list(candidate.signature.output_names)
         sequence = serving.sequence
         self._sequence = sequence is not None
+        #: Micro-batches queued together may run as one: every output of both models has a batch axis.
+        self._mergeable = all(o.batched for o in (*serving.outputs, *candidate.signature.outputs))
         pads = sequence.pad_values if sequence is not None else None
         self._buffers = BatchBuffers({spec.name: spec.dtype for spec in serving.inputs}, pads)
         self._queue: deque[Scored] = deque()
@@ -128,6 +139,7 @@ class ShadowScorer:
     def offer(self, scored: Sequence[Scored]) -> None:
         """Queue each part for the candidate, or shed it when ``max_pending`` are pending. Never blocks."""
         with self._lock:
+            was_empty = not self._queue
             for part in scored:
                 if self._closing:
                     return
@@ -138,63 +150,90 @@ class ShadowScorer:
                 self._pending += 1
                 self._queue.append(part)
             self.metrics.pending.set(self._pending)
-            self._ready.notify()
+            if self._queue and (was_empty or len(self._queue) >= self._wake):  # the first ones (its timer), or enough
+                self._ready.notify()
 
     def run_pending(self) -> int:
-        """Score what is queued in the calling thread (tests; the thread does this itself). Returns batches scored."""
-        done = 0
-        while (part := self._take(wait=False)) is not None:
-            self._score_counted(part)
-            done += 1
-        return done
+        """Score what is queued in the calling thread (tests; the thread does this itself), as the thread would:
+        what is queued together is scored together. Returns batches scored."""
+        parts = self._take(wait=False)
+        if parts:
+            self._score_counted(parts)
+        return len(parts)
 
     def _work(self) -> None:
-        while (part := self._take(wait=True)) is not None:
-            self._score_counted(part)
+        while parts := self._take(wait=True):
+            self._score_counted(parts)
 
-    def _take(self, *, wait: bool) -> Scored | None:
+    def _take(self, *, wait: bool) -> list[Scored]:
+        """Everything queued (empty when closing, or when nothing is and ``wait`` is False); ``wait``: once the
+        wake-up share is queued, or :data:`FLUSH_S` after the first batch was (monotonic time: the thread's own)."""
         with self._lock:
-            while wait and not self._queue and not self._closing:
-                self._ready.wait()
-            if self._closing or not self._queue:
-                return None
-            return self._queue.popleft()
+            deadline: float | None = None
+            while wait and not self._closing and len(self._queue) < self._wake:
+                if not self._queue:
+                    deadline = None
+                    self._ready.wait()
+                    continue
+                now = time.monotonic()
+                deadline = now + FLUSH_S if deadline is None else deadline
+                if now >= deadline:
+                    break
+                self._ready.wait(deadline - now)
+            if self._closing:
+                return []
+            parts = list(self._queue)
+            self._queue.clear()
+            return parts
 
-    def _score_counted(self, part: Scored) -> None:
+    def _score_counted(self, parts: list[Scored]) -> None:
         try:
-            self.score(part)
+            for group in self._groups(parts):
+                self.score(group)
         except Exception:  # a bug here must not end the thread: the serving path never waits on it
             log.exception("shadow: scoring a batch failed")
             self.metrics.failures.inc()
         finally:
             with self._lock:
-                self._pending -= 1
+                self._pending -= len(parts)
                 self.metrics.pending.set(self._pending)
 
-    def score(self, part: Scored) -> None:
-        """Run the candidate on ``part``'s requests, compare, count, and hand its answers to the producer.
+    def _groups(self, parts: list[Scored]) -> list[list[Scored]]:
+        """The parts scored in one run each: all together, unless a sequence model's (padded lengths differ) or
+        an output without a batch axis keeps them apart."""
+        if len(parts) == 1 or self._sequence or not self._mergeable:
+            return [[part] for part in parts]
+        return [parts]
+
+    def score(self, parts: Sequence[Scored]) -> None:
+        """Run the candidate once on ``parts``' requests together (micro-batches queued together: one run, so the
+        thread takes the GIL back from a busy event loop once, not once per batch), compare, count, and hand its
+        answers to the producer.
 
         Raises:
             Exception: a bug of this module's own (the thread logs and counts it); the candidate's own failures
                 are counted here.
         """
         started = self._clock()
-        feeds, rows = self._feeds(part)
+        requests = [r for p in parts for r in p.requests] if len(parts) > 1 else parts[0].requests
+        feeds, rows = self._feeds(requests)
+        serving: Mapping[str, np.ndarray] = parts[0].outputs
+        if len(parts) > 1:
+            serving = {name: np.concatenate([p.outputs[name] for p in parts]) for name in parts[0].outputs}
         try:
             outputs = self.candidate.run(feeds, rows)
         except InferenceError as err:
             self.metrics.failures.inc()
-            log.warning("shadow: the candidate failed on a batch of %d rows: %s", rows, err)
+            log.warning("shadow: the candidate failed on %d rows: %s", rows, err)
             return
         seconds = self._clock() - started
-        self.metrics.observe(compare(self.plan, part.outputs, outputs, rows), seconds)
+        self.metrics.observe(compare(self.plan, serving, outputs, rows), seconds)
         if self.answers is not None:
-            self._answer(part, outputs)
+            self._answer([w for p in parts for w in p.batch], requests, outputs)
 
-    def _feeds(self, part: Scored) -> tuple[dict[str, np.ndarray], int]:
-        """The candidate's inputs of ``part``, assembled as the serving model's were (a view of the decoded block,
-        stacked, or padded to the batch's longest row for a sequence model)."""
-        requests = part.requests
+    def _feeds(self, requests: Sequence[DecodedRequest]) -> tuple[dict[str, np.ndarray], int]:
+        """The candidate's inputs of ``requests``, assembled as the serving model's were (a view of the decoded
+        block, stacked into this thread's buffers, or padded to the longest row for a sequence model)."""
         first = requests[0]
         block, stop = first.block, first.start
         if block is not None:  # consecutive rows of one decoded block (never reused): a view, no copy
@@ -213,21 +252,19 @@ class ShadowScorer:
             feeds, rows = self._buffers.stack([r.inputs for r in requests])
         return {name: feeds[name] for name in self._names}, rows
 
-    def _answer(self, part: Scored, outputs: Mapping[str, Any]) -> None:
-        """The candidate's OIP responses, one per request of ``part``, to ``shadow_results_topic``."""
+    def _answer(self, batch: Sequence[Work], requests: Sequence[DecodedRequest], outputs: Mapping[str, Any]) -> None:
+        """The candidate's OIP responses, one per request, to ``shadow_results_topic``."""
         assert self.answers is not None
         assert self.records is not None
-        ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in part.batch]
+        ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in batch]
         try:
-            values = self._encoder.encode(
-                ids, [r.rows for r in part.requests], [(n, outputs[n]) for n in self._outputs]
-            )
+            values = self._encoder.encode(ids, [r.rows for r in requests], [(n, outputs[n]) for n in self._outputs])
         except (KeyError, TypeError, ValueError) as exc:  # an output OIP JSON cannot carry
             log.warning("shadow: the candidate's answers cannot be encoded: %r", exc)
             self.metrics.answers.labels("failed").inc(len(ids))
             return
         result = self.records.result
-        self.answers.put([result(w.record, w.correlation_id, v) for w, v in zip(part.batch, values, strict=True)])
+        self.answers.put([result(w.record, w.correlation_id, v) for w, v in zip(batch, values, strict=True)])
 
 
 def build_shadow(

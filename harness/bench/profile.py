@@ -26,8 +26,10 @@ import tempfile
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from harness.bench.data import DIGITS_MODEL, digits_backlog
+from harness.bench.events import EVENTS_MODEL, backlog_records, default_registry_url, schema_registry
 from harness.bench.measure import new_topics, read_results, results_topic, start_streaminfer, stop, throughput
 from producer_tools.produce import send_all
 
@@ -84,32 +86,53 @@ async def profile(args: argparse.Namespace) -> list[str]:
     tag = uuid.uuid4().hex[:6]
     topics = await new_topics(bootstrap, f"profile-{tag}")
     topics["results"] = await results_topic(bootstrap, f"profile-{tag}-out")
-    await send_all(bootstrap, topics["requests"], digits_backlog("p", args.records), progress=False)
-    settings = {"delivery": args.delivery}
+    settings: dict[str, Any] = {"delivery": args.delivery}
     if args.delivery == "exactly_once":
         settings["transactional_id_prefix"] = f"profile-{tag}"
     with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "raw.txt"
-        child = start_streaminfer(bootstrap, topics, DIGITS_MODEL, Path(tmp) / "consumer.log", **settings)
-        spy = subprocess.Popen(  # noqa: S603, ASYNC220 (our py-spy; Popen returns at once)
-            [args.py_spy, "record", "--pid", str(child.proc.pid), "--format", "raw", "--rate", str(args.rate),
-             "--nonblocking", "--output", str(raw)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            stamps = await read_results(bootstrap, topics["results"], args.records, timeout_s=args.timeout_s)
-        finally:
-            spy.send_signal(signal.SIGINT)
-            _, err = spy.communicate(timeout=60)
-            stop(child)
-        text = raw.read_text() if raw.is_file() else ""
-        if args.raw is not None:
-            args.raw.write_text(text)
+        async with schema_registry(args.schema_registry_url, Path(tmp), wanted=args.format == "avro") as registry:
+            if args.format == "oip":
+                model, backlog = DIGITS_MODEL, digits_backlog("p", args.records)
+            else:
+                model = EVENTS_MODEL
+                backlog = backlog_records("p", args.records, args.format, registry, topics["requests"])
+                settings["request_format"] = args.format
+                if registry is not None:
+                    settings["schema_registry_url"] = registry
+            await send_all(bootstrap, topics["requests"], backlog, progress=False)
+            return await _profiled(args, bootstrap, topics, model, Path(tmp), settings)
+
+
+async def _profiled(
+    args: argparse.Namespace, bootstrap: str, topics: dict[str, str], model: Path, tmp: Path, settings: dict[str, Any]
+) -> list[str]:
+    """Run the consumer on the backlog under py-spy; the report's lines."""
+    raw = tmp / "raw.txt"
+    child = start_streaminfer(bootstrap, topics, model, tmp / "consumer.log", **settings)
+    spy = subprocess.Popen(  # noqa: S603, ASYNC220 (our py-spy; Popen returns at once)
+        [args.py_spy, "record", "--pid", str(child.proc.pid), "--format", "raw", "--rate", str(args.rate),
+         "--nonblocking", "--output", str(raw)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        stamps = await read_results(bootstrap, topics["results"], args.records, timeout_s=args.timeout_s)
+    finally:
+        spy.send_signal(signal.SIGINT)
+        _, err = spy.communicate(timeout=60)
+        stop(child)
+    text = raw.read_text() if raw.is_file() else ""
+    if args.raw is not None:
+        args.raw.write_text(text)
     own, inclusive, files, total = parse(text)
     if not total:
         raise SystemExit(f"py-spy recorded nothing: {err.decode(errors='replace')[-500:]}")
+    what = (
+        "digits (the bench's own: one-row OIP JSON requests)"
+        if args.format == "oip"
+        else f"breast-cancer {args.format} events (the bench's own, enriched results)"
+    )
     head = [
-        f"{args.records:,} digits records (the bench's own: one-row OIP JSON requests), streaminfer-consumer at "
+        f"{args.records:,} {what} records, streaminfer-consumer at "
         f"default settings, delivery {args.delivery}, {len(stamps):,} results at {throughput(stamps):,.0f} "
         f"records/s; py-spy {args.rate} samples/s of the consumer's active threads, {total:,} samples. "
         f"Machine: {os.cpu_count()} cores (shared).",
@@ -134,6 +157,8 @@ def main() -> None:
     p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     p.add_argument("--records", type=int, default=150_000, help="digits backlog, records (the bench's rounds)")
     p.add_argument("--delivery", choices=["at_least_once", "exactly_once"], default="at_least_once")
+    p.add_argument("--format", choices=["oip", "json", "avro"], default="oip", help="digits OIP, or events")
+    p.add_argument("--schema-registry-url", default=default_registry_url(), help="Avro: else a local one is started")
     p.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     p.add_argument("--top", type=int, default=25, help="rows per table")
     p.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy", help="the py-spy binary")

@@ -146,7 +146,7 @@ def shadow(result: dict[str, Any]) -> str | None:
     if _finite(cpu):
         text += f" CPU per record without the shadow over with it: **{cpu:.2f}** (median over the rounds)."
     if _finite(shed):
-        text += f" The shadow shed {100 * shed:.1f} % of the rows (median over the rounds; `shadow_max_pending` 2)."
+        text += f" The shadow shed {100 * shed:.1f} % of the rows (median over the rounds)."
     return text
 
 

@@ -8,7 +8,9 @@ Repository-only, never shipped. Its parts and where they come from:
 - containerd is Debian's (``apt-get install containerd``, 1.6), configured and run by the harness with its own
   socket, root and state under the cluster's folder (:func:`state_dir`);
 - the custom resource definitions the overlays need (KEDA, the Prometheus operator, Strimzi) come from their
-  package registries at pinned versions (:mod:`harness.cluster.crds`).
+  package registries at pinned versions (:mod:`harness.cluster.crds`);
+- the pods' network is a local bridge on a private subnet routed nowhere, through Debian's CNI plugins
+  (``containernetworking-plugins``; :mod:`harness.cluster.network`).
 
 :mod:`harness.cluster.node` starts and stops the processes, :mod:`harness.cluster.images` makes the pause image
 and imports images into containerd, :mod:`harness.cluster.cli` is ``python -m harness.cluster``.

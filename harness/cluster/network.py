@@ -47,6 +47,8 @@ NETNS_DIR = Path("/run/netns")
 #: The iptables chains the kubelet makes (its canaries, the hint chain and its localnet firewall).
 KUBELET_CHAINS = ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY", "KUBE-FIREWALL")
 IPTABLES = ("iptables", "ip6tables")
+#: The route types ``ip route`` writes before a route's destination (ip-route(8)).
+ROUTE_TYPES = {"unicast", "local", "broadcast", "multicast", "throw", "unreachable", "prohibit", "blackhole", "nat"}
 
 
 class NetworkError(RuntimeError):
@@ -106,8 +108,8 @@ def _overlapping_route() -> str | None:
     net = ipaddress.ip_network(SUBNET)
     for line in _ip("-4", "route", "show", "table", "all").stdout.splitlines():
         words = line.split()
-        dest = words[1] if words[:1] in (["local"], ["broadcast"]) else (words or [""])[0]
-        with contextlib.suppress(ValueError):  # "default", "unreachable ..."
+        dest = words[1] if words[:1] and words[0] in ROUTE_TYPES and len(words) > 1 else (words or [""])[0]
+        with contextlib.suppress(ValueError):  # "default"
             if ipaddress.ip_network(dest, strict=False).overlaps(net):
                 return line
     return None

@@ -166,6 +166,24 @@ async def read_all(
         await consumer.stop()
 
 
+async def group_offsets(bootstrap: str, group_id: str, topic: str) -> tuple[dict[Any, int | None], dict[Any, int]]:
+    """(committed offsets of ``group_id``, log end offsets) of every partition of ``topic``, keyed by aiokafka
+    ``TopicPartition``: equal once the group has answered and committed everything written to ``topic``."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from producer_tools.topics import partitions_of
+
+    probe = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False)
+    await probe.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(await partitions_of(bootstrap, topic))]
+        ends = await probe.end_offsets(tps)
+        committed = {tp: await probe.committed(tp) for tp in tps}
+    finally:
+        await probe.stop()
+    return committed, dict(ends)
+
+
 @pytest.fixture
 async def start_app(kafka_bootstrap: str, topics: dict[str, str], digits_model: Path) -> AsyncIterator[AppFactory]:
     """Start a consumer in-process; ``await start_app(**setting_overrides)`` (default model: digits). Stopped at

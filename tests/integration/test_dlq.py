@@ -18,7 +18,7 @@ from consumer.answers.headers import CORRELATION_HEADER
 from consumer.oip.client import encode_request
 from producer_tools.dlq import main
 from producer_tools.produce import Outgoing
-from tests.integration.conftest import AppFactory, answers, read_all
+from tests.integration.conftest import AppFactory, answers, group_offsets, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ async def test_too_large_dead_letters_replayed_after_the_limit_is_raised_are_ans
     assert summary["dead_letters"] == 3
     assert summary["reasons"]["too_large"]["count"] == 3
 
-    await start_app()  # the same group, max_record_rows back to its default
+    again = await start_app()  # the same group, max_record_rows back to its default
     code, out = await dlq(kafka_bootstrap, topics, "replay", "--reason", "too_large", "--dry-run",
                           "--to", topics["requests"], capsys=capsys)  # fmt: skip
     assert (code, "would send=3" in out) == (0, True), out
@@ -99,7 +99,9 @@ async def test_too_large_dead_letters_replayed_after_the_limit_is_raised_are_ans
         if all(counts[r.correlation_id] for r in big):
             break
         await asyncio.sleep(0.5)
-    await asyncio.sleep(2)  # a duplicate would land meanwhile
+    await again.stop()  # drains and commits: what it has not written by now it never writes
+    committed, ends = await group_offsets(kafka_bootstrap, again.settings.group_id, topics["requests"])
+    assert {tp: c or 0 for tp, c in committed.items()} == ends  # every request answered (the replayed ones too)
     counts, headers = await results_by_id(kafka_bootstrap, topics["results"])
     assert {r.correlation_id: counts[r.correlation_id] for r in [*big, *small]} == {
         r.correlation_id: 1 for r in [*big, *small]

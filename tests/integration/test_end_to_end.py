@@ -23,7 +23,7 @@ from consumer.answers.records import (
 from consumer.oip.client import encode_request
 from producer_tools.produce import Outgoing, digits_requests, interleave, poison_requests, send_all
 from producer_tools.results import collect
-from tests.integration.conftest import AppFactory, answers, read_all
+from tests.integration.conftest import AppFactory, answers, group_offsets, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -177,15 +177,8 @@ async def test_restart_resumes_from_committed_offsets(
     await first.stop()
 
     # Everything answered was committed: the group's positions equal the log end offsets.
-    probe = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=first.settings.group_id)
-    await probe.start()
-    try:
-        tps = [TopicPartition(topics["requests"], p) for p in range(4)]
-        ends = await probe.end_offsets(tps)
-        committed = {tp: await probe.committed(tp) for tp in tps}
-    finally:
-        await probe.stop()
-    assert committed == {tp: ends[tp] for tp in tps}
+    committed, ends = await group_offsets(kafka_bootstrap, first.settings.group_id, topics["requests"])
+    assert committed == ends
 
     batch2 = [Outgoing(f"second-{i}", r.value, r.label) for i, r in enumerate(digits_requests("x", heldout, 40))]
     await send_all(kafka_bootstrap, topics["requests"], batch2, progress=False)

@@ -272,19 +272,32 @@ async def test_a_registry_stopped_mid_stream_loses_nothing_and_dead_letters_noth
     v2 = serializer(own_registry.url, v2_schema)
     later = [(e["patient_id"].encode(), v2(dict(e, batch=uuid.uuid4().hex), context)) for e in events[10:30]]
     known = [(e["patient_id"].encode(), v1(e, context)) for e in events[30:]]
+    # A spy on the wait: the delivery mode hands source.idle to each chunk's decode, the registry client calls it
+    # between its tries while the registry is away.
+    assert app.stages is not None
+    source = app.stages.source
+    wait_out = source.idle
+    waits = 0
+
+    async def counted(seconds: float) -> None:
+        nonlocal waits
+        waits += 1
+        await wait_out(seconds)
+
+    source.idle = counted  # type: ignore[method-assign]
     own_registry.pause()
     try:
         await send(kafka_bootstrap, topics["requests"], later)
-        for _ in range(100):  # the consumer finds the registry away and holds the new ID's records
-            if not app.readiness()[0]:
+        for _ in range(100):  # the consumer finds the registry away, holds the new ID's records, tries again
+            if not app.readiness()[0] and waits >= 3:
                 break
             await asyncio.sleep(0.1)
         ready, reason = app.readiness()
         assert not ready
         assert reason.startswith("schema registry unanswered")
+        assert waits >= 3  # waited out three times, the records held: none dead-lettered in between
         assert app.liveness()[0]  # held for the registry: alive
         assert app.metrics.registry.get_sample_value("streaminfer_schema_registry_reachable") == 0
-        await asyncio.sleep(2)
         assert len(await read_all(kafka_bootstrap, topics["dlq"])) == 0
     finally:
         own_registry.resume()

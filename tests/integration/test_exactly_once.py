@@ -12,7 +12,7 @@ from aiokafka.errors import KafkaError
 from consumer.delivery.transactions import PartitionTransactions
 from consumer.kafka.clients import KafkaClients
 from producer_tools.produce import digits_requests, interleave, poison_requests, send_all
-from tests.integration.conftest import MODEL_PLACEHOLDER, AppFactory, answers, settings_for
+from tests.integration.conftest import MODEL_PLACEHOLDER, AppFactory, answers, group_offsets, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -33,15 +33,8 @@ async def test_each_answer_exactly_once_with_offsets_in_the_transaction(
     assert report.reason_mismatches == []
 
     # The offsets went with the transactions: the group's committed positions are the log ends.
-    probe = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=app.settings.group_id)
-    await probe.start()
-    try:
-        tps = [TopicPartition(topics["requests"], p) for p in range(4)]
-        ends = await probe.end_offsets(tps)
-        for tp in tps:
-            assert await probe.committed(tp) == ends[tp]
-    finally:
-        await probe.stop()
+    committed, ends = await group_offsets(kafka_bootstrap, app.settings.group_id, topics["requests"])
+    assert committed == ends
 
 
 async def test_zombie_is_fenced_by_the_partitions_next_owner(kafka_bootstrap: str, topics: dict[str, str]) -> None:

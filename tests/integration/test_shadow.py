@@ -161,8 +161,12 @@ async def test_a_shadow_changes_nothing_served_dead_lettered_or_committed(
             options |= {"shadow_model_path": candidate, "shadow_max_pending": 10_000}
         settings, metrics = await serve(kafka_bootstrap, out, digits_model, **options)
         isolation = "read_committed" if delivery == "exactly_once" else "read_uncommitted"
-        results = await read_all(kafka_bootstrap, out["results"], isolation_level=isolation)
-        dead = await read_all(kafka_bootstrap, out["dlq"], isolation_level=isolation)
+        counted = {  # read until they are all there: a committed transaction's markers land a moment later
+            outcome: int(metrics.registry.get_sample_value("streaminfer_records_total", {"outcome": outcome}) or 0)
+            for outcome in ("result", "dead_letter")
+        }
+        results = await read_all(kafka_bootstrap, out["results"], want=counted["result"], isolation_level=isolation)
+        dead = await read_all(kafka_bootstrap, out["dlq"], want=counted["dead_letter"], isolation_level=isolation)
         runs[shadow] = (
             by_partition(results),
             by_partition(dead, drop_headers=(GROUP_HEADER,)),

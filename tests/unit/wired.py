@@ -22,6 +22,7 @@ from consumer.ops.metrics import Metrics
 from consumer.ops.tracing import Tracing
 from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClients, FakeClock, FakeCluster, FakeSession, Written, fake_runner
+from tests.unit.quiet import quiet, until, watch_threads
 
 REQUESTS, RESULTS, DLQ = "requests", "results", "dlq"
 
@@ -86,6 +87,7 @@ class Wired:
             "commit_interval_ms": 0,
         }
         self.settings = Settings(**{**defaults, **settings})
+        watch_threads()  # the intake's decode thread: quiet() and until() wait for its jobs
         self.session = FakeSession()
         self.metrics = Metrics(CollectorRegistry())
         self.app = StreamInferApp(
@@ -112,17 +114,13 @@ class Wired:
         keys = [f"p{partition}-{first + i}".encode() for i in range(len(values))]
         self.consumer.add(tp, values, keys, headers)
 
-    async def until(self, condition: Callable[[], bool], steps: int = 5000) -> None:
+    async def until(self, condition: Callable[[], bool]) -> None:
         """Let the consumer's tasks run (no time passes) until ``condition()``.
 
         Raises:
-            AssertionError: it never held.
+            AssertionError: every task waits on the test (fake time, acknowledgements) and it does not hold.
         """
-        for _ in range(steps):
-            if condition():
-                return
-            await asyncio.sleep(0)
-        raise AssertionError("condition never held")
+        await until(condition)
 
     async def until_in_time(
         self, condition: Callable[[], bool], step_ms: float = 100, limit_ms: float = 60_000
@@ -135,17 +133,17 @@ class Wired:
         """
         waited = 0.0
         while waited <= limit_ms:
-            await self.idle()
+            await self.quiet()
             if condition():
                 return
             self.clock.advance_ms(step_ms)
             waited += step_ms
         raise AssertionError(f"condition did not hold within {limit_ms} ms")
 
-    async def idle(self, steps: int = 200) -> None:
-        """Let the tasks run for a while (no time passes)."""
-        for _ in range(steps):
-            await asyncio.sleep(0)
+    async def quiet(self) -> None:
+        """Let the tasks run until every one waits on the test (fake time, acknowledgements, records): what has not
+        happened then cannot happen without it (:func:`tests.unit.quiet.quiet`)."""
+        await quiet()
 
     def results(self) -> list[Written]:
         return self.cluster.records(RESULTS)

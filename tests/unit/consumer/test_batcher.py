@@ -6,6 +6,7 @@ import pytest
 
 from consumer.batcher import MicroBatcher
 from tests.unit.conftest import FakeClock
+from tests.unit.quiet import quiet
 
 
 def make(clock: FakeClock, rows: int = 4, delay_ms: float = 5.0) -> MicroBatcher[str]:
@@ -87,7 +88,7 @@ def test_rejects_bad_limits(clock: FakeClock) -> None:
 async def test_next_batch_wakes_on_full_group_without_waiting(clock: FakeClock) -> None:
     b = make(clock, rows=2, delay_ms=60_000)
     waiter = asyncio.create_task(b.next_batch())
-    await asyncio.sleep(0)  # let it block on the event
+    await quiet()  # it waits on its event: nothing else can wake it
     assert not waiter.done()
     b.put("a", 1)
     b.put("b", 1)

@@ -144,7 +144,7 @@ def test_the_retry_backoff_must_not_shrink(tmp_path: Path) -> None:
 def test_the_shadow_settings_are_checked_together(model: Path, tmp_path: Path) -> None:
     base = ["--model-path", str(model)]
     s = load_settings([*base, "--shadow-model-path", str(model), "--shadow-results-topic", "requests.shadow"], {})
-    assert (s.shadow_model_path, s.shadow_results_topic, s.shadow_max_pending) == (model, "requests.shadow", 2)
+    assert (s.shadow_model_path, s.shadow_results_topic, s.shadow_max_pending) == (model, "requests.shadow", 16)
     with pytest.raises(ConfigError, match="shadow_validation_record and shadow_results_topic need shadow_model_path"):
         load_settings([*base, "--shadow-results-topic", "requests.shadow"], {})
     with pytest.raises(ConfigError, match=r"shadow_model_path .* is not a file"):

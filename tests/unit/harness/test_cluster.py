@@ -85,3 +85,48 @@ def test_the_configs_keep_everything_under_the_state_folder_and_set_what_this_ma
     assert kubelet["address"] == "127.0.0.1"
     assert kubelet["readOnlyPort"] == 0
     assert kubelet["podLogsDir"].startswith(str(tmp_path))
+    assert kubelet["makeIPTablesUtilChains"] is False
+
+
+def test_the_pod_network_stays_on_this_machine() -> None:
+    """No default route, no NAT, no gateway role (which would turn on the host's ip_forward), a private subnet whose
+    gateway is the address the tests' broker listens on."""
+    import ipaddress
+
+    from harness.cluster import network
+
+    bridge, portmap = network.conflist()["plugins"]  # type: ignore[misc]
+    assert (bridge["type"], bridge["bridge"]) == ("bridge", network.BRIDGE)
+    assert len(network.BRIDGE) <= 15  # IFNAMSIZ - 1
+    assert bridge["isGateway"] is False
+    assert bridge["ipMasq"] is False
+    assert bridge["ipam"]["routes"] == []
+    ((subnet,),) = bridge["ipam"]["ranges"]
+    net = ipaddress.ip_network(subnet["subnet"])
+    assert net.is_private
+    assert ipaddress.ip_address(subnet["gateway"]) in net
+    assert subnet["gateway"] == network.GATEWAY
+    assert portmap["type"] == "portmap"
+    assert {"bridge", "host-local", "loopback", "portmap"} <= set(network.PLUGINS)
+
+
+@pytest.mark.parametrize(
+    ("routes", "overlaps"),
+    [
+        ("default via 192.0.2.1 dev eth0\n192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2\n", False),
+        ("local 127.0.0.0/8 dev lo table local proto kernel scope host src 127.0.0.1\n", False),
+        ("10.0.0.0/8 via 192.0.2.1 dev eth0\n", True),
+        ("local 10.213.0.1 dev streaminfer0 table local proto kernel scope host src 10.213.0.1\n", True),
+        ("unreachable 10.213.0.0/16\n", True),
+        ("blackhole 10.214.0.0/16\n", False),
+    ],
+)
+def test_a_route_overlapping_the_pods_subnet_is_found(
+    routes: str, overlaps: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.cluster import network
+
+    monkeypatch.setattr(
+        network, "_ip", lambda *args, check=True: subprocess.CompletedProcess(list(args), 0, stdout=routes)
+    )
+    assert (network._overlapping_route() is not None) is overlaps

@@ -35,7 +35,7 @@ async def test_revoke_drops_queued_records_and_waits_for_those_in_flight(
 
     tp0 = TopicPartition("requests", 0)
     revoke = asyncio_task(h.consumer.revoke({tp0}))
-    await h.idle()
+    await h.quiet()
     assert not revoke.done()  # waiting for the four in flight
     h.cluster.settle()
     await h.until(revoke.done)
@@ -57,13 +57,13 @@ async def test_revoke_gives_up_after_revoke_timeout(
     h.send(0, [digits_value() for _ in range(4)])
     await h.until(lambda: sum(len(b) for _, _, b in h.cluster.held) == 4)
     revoke = asyncio_task(h.consumer.revoke({TopicPartition("requests", 0)}))
-    await h.idle()
+    await h.quiet()
     assert not revoke.done()
     clock.advance_ms(2000)
     await h.until(revoke.done)
     assert h.committed(0) is None  # nothing acknowledged, nothing committed: the new owner answers it all
     h.cluster.settle()  # late acknowledgements land on the forgotten partition: still nothing committed
-    await h.idle()
+    await h.quiet()
     await h.stop()
     assert h.committed(0) is None
 

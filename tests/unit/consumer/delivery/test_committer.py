@@ -23,7 +23,7 @@ async def test_commit_never_passes_the_first_unacknowledged_answer(
     unacknowledged = sorted(source_of(w)[1] for _, _, batch in h.cluster.held for w in batch)
     assert 3 in unacknowledged
     assert unacknowledged[-1] < 9  # answers after the held batch are acknowledged
-    await h.idle()
+    await h.quiet()
     # the commit stops exactly at the first answer still unacknowledged (None: not even offset 0 is)
     assert h.committed(0) == (unacknowledged[0] or None)
     assert h.app.lag == 10 - h.committed(0)

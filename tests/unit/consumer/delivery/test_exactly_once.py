@@ -40,7 +40,7 @@ async def test_a_window_commits_its_answers_with_the_next_offsets(
     h.send(0, [digits_value(), b"not json", digits_value(rows=2)])
     h.send(1, [digits_value() for _ in range(5)])
     await h.until(lambda: len(h.cluster.batches) >= 3)
-    await h.idle()
+    await h.quiet()
     assert h.results() == []  # written inside open transactions: nothing visible yet
     assert h.committed(0) is None
     await h.until_in_time(lambda: h.committed(0) == 3 and h.committed(1) == 5, step_ms=WINDOW_MS)

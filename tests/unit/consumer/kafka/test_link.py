@@ -15,13 +15,8 @@ from prometheus_client import CollectorRegistry, Gauge
 from consumer.kafka.link import BrokerLink
 from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock
+from tests.unit.quiet import quiet
 from tests.unit.wired import Wired
-
-
-async def settle() -> None:
-    """Let every ready task run (no time passes)."""
-    for _ in range(10):
-        await asyncio.sleep(0)
 
 
 class Cluster:
@@ -60,7 +55,7 @@ async def test_an_outage_is_one_warning_and_its_end_one_line_with_its_length(
     assert registry.get_sample_value("reachable") == 0
     cluster.state = "hung"  # a paused broker: the request never returns; the injected clock times it out
     hung = asyncio.ensure_future(link.check_once())
-    await settle()
+    await quiet()
     clock.advance_ms(5_000)
     assert await hung is False
     cluster.state = "up"
@@ -82,9 +77,9 @@ async def test_a_check_that_never_answers_marks_the_link_down(
     link = BrokerLink(cluster.topics, "broker:9092", clock=clock, sleep=clock.sleep, timeout_s=5.0)
     caplog.set_level(logging.INFO, logger="consumer.kafka.link")
     check = asyncio.ensure_future(link.check_once())
-    await settle()
+    await quiet()
     clock.advance_ms(4_900)
-    await settle()
+    await quiet()
     assert not check.done()  # not before the timeout
     clock.advance_ms(200)
     assert await check is False
@@ -142,13 +137,13 @@ async def test_liveness_fails_once_the_cluster_is_silent_for_the_stall_timeout(
     await h.start()
     await h.until_in_time(lambda: clock.sleepers > 0)  # the link's first check is waiting
     clock.advance_ms(31_000)
-    await h.idle()
+    await h.quiet()
     assert h.app.liveness() == (True, "ok")  # idle with no lag and the cluster answering: alive
     h.consumer.topics_error = KafkaConnectionError("Connect call failed")
     await h.until_in_time(lambda: not h.app.ready, limit_ms=10_000)
     assert h.app.liveness() == (True, "ok")  # silent for less than the stall timeout
     clock.advance_ms(31_000)
-    await h.idle()
+    await h.quiet()
     alive, reason = h.app.liveness()
     assert not alive
     assert reason.startswith("stalled: kafka cluster silent for ")

@@ -23,7 +23,7 @@ async def test_backpressure_pauses_fetching_while_in_flight_rows_are_full(
     await h.start(partitions=(0,))
     h.send(0, [digits_value() for _ in range(20)])
     await h.until(lambda: h.app.in_flight_rows == 8)
-    await h.idle()
+    await h.quiet()
     assert h.app.in_flight_rows == 8  # fetched no further
     assert h.consumer.paused() == {TopicPartition("requests", 0)}
     assert h.metrics.registry.get_sample_value("streaminfer_partitions_paused") == 1
@@ -49,7 +49,7 @@ async def test_a_lagging_consumer_without_progress_is_not_alive(
     await h.until(lambda: sum(len(b) for _, _, b in h.cluster.held) == 5)
     assert h.app.liveness() == (True, "ok")
     clock.advance_ms(31_000)
-    await h.idle()
+    await h.quiet()
     alive, reason = h.app.liveness()
     assert not alive
     assert reason.startswith("stalled: lag 5 records")
@@ -66,7 +66,7 @@ async def test_a_lone_record_is_not_held_for_the_batch_delay_once_the_fetch_caug
     h = Wired(tmp_path, digits_signature, clock, max_batch_delay_ms=60_000, flush_when_caught_up=flush)
     await h.start(partitions=(0,))
     h.send(0, [digits_value()])
-    await h.idle()
+    await h.quiet()
     assert len(h.results()) == (1 if flush else 0)  # no time passed: only a release can have flushed it
     await h.stop()
     assert len(h.results()) == 1
@@ -97,10 +97,10 @@ async def test_a_topic_that_does_not_exist_stops_start_up(
     h = Wired(tmp_path, digits_signature, clock)
     h.consumer.existing = {"results", "dlq"}
     start = asyncio.ensure_future(h.app.start())
-    await h.idle()
+    await h.quiet()
     assert not start.done()  # a topic made a moment ago may not be in the metadata yet: it waits a little
     clock.advance_ms(2_000)
-    await h.idle()
+    await h.quiet()
     h.consumer.existing = {"requests", "results", "dlq"}  # created meanwhile: start-up goes on
     clock.advance_ms(250)
     await h.until(start.done)
@@ -110,7 +110,7 @@ async def test_a_topic_that_does_not_exist_stops_start_up(
     start = asyncio.ensure_future(late.app.start())
     for _ in range(30):  # 7.5 s of fake time, past the 5 s wait
         clock.advance_ms(250)
-        await late.idle(20)
+        await late.quiet()
     with pytest.raises(TopicMissingError, match="requests_topic 'requests' does not exist"):
         await start
     # answers need their topics as much: a missing results or dead-letter topic stops start-up too, named
@@ -120,7 +120,7 @@ async def test_a_topic_that_does_not_exist_stops_start_up(
         start = asyncio.ensure_future(other.app.start())
         for _ in range(30):
             clock.advance_ms(250)
-            await other.idle(20)
+            await other.quiet()
         with pytest.raises(TopicMissingError, match=f"^{setting} does not exist"):
             await start
     none = Wired(tmp_path, digits_signature, clock)
@@ -128,7 +128,7 @@ async def test_a_topic_that_does_not_exist_stops_start_up(
     start = asyncio.ensure_future(none.app.start())
     for _ in range(30):
         clock.advance_ms(250)
-        await none.idle(20)
+        await none.quiet()
     all_three = "requests_topic 'requests', results_topic 'results', dead_letter_topic 'dlq' do not exist"
     with pytest.raises(TopicMissingError, match=f"^{all_three} on the cluster: create them"):
         await start

@@ -66,14 +66,16 @@ def test_sheds_whole_batches_beyond_max_pending(digits_signature: ModelSignature
     assert sample(s, "streaminfer_shadow_pending_batches") == 2
     assert session.batches == []  # offering runs nothing
     assert s.run_pending() == 2
-    assert session.batches == [3, 3]
+    assert session.batches == [6]  # queued together, run together
     assert s.pending == 0
     assert sample(s, "streaminfer_shadow_rows_total") == 6
+    assert sample(s, "streaminfer_shadow_agreed_rows_total", {"output": "label"}) == 6
     s.offer([part([5])])  # room again
     assert s.run_pending() == 1
+    assert session.batches == [6, 5]
     assert sample(s, "streaminfer_shadow_shed_batches_total") == 2
-    assert sample(s, "streaminfer_shadow_seconds_count") == 3
-    assert sample(s, "streaminfer_shadow_seconds_sum") == pytest.approx(0.012)
+    assert sample(s, "streaminfer_shadow_seconds_count") == 2
+    assert sample(s, "streaminfer_shadow_seconds_sum") == pytest.approx(0.008)
 
 
 def test_the_same_model_agrees_on_every_row(digits_signature: ModelSignature, clock: FakeClock) -> None:
@@ -103,13 +105,16 @@ def test_a_different_candidate_is_counted_as_disagreeing(digits_signature: Model
 
 
 def test_a_failing_candidate_is_counted_and_scoring_goes_on(digits_signature: ModelSignature, clock: FakeClock) -> None:
-    session = FakeSession(fail_when=lambda feeds: bool(feeds["input"].shape[0] == 2))
+    session = FakeSession(fail_when=lambda feeds: bool(feeds["input"].shape[0] == 5))
     s = scorer(digits_signature, session, clock, pending=4)
-    s.offer([part([2]), part([3])])
+    s.offer([part([2]), part([3])])  # one run of 5 rows: it fails
     assert s.run_pending() == 2
     assert sample(s, "streaminfer_shadow_failures_total") == 1
-    assert sample(s, "streaminfer_shadow_rows_total") == 3
+    assert sample(s, "streaminfer_shadow_rows_total") == 0
     assert s.pending == 0
+    s.offer([part([3])])
+    assert s.run_pending() == 1
+    assert sample(s, "streaminfer_shadow_rows_total") == 3
 
 
 def test_inputs_the_candidate_cannot_take_are_refused(digits_signature: ModelSignature) -> None:
