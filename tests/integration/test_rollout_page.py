@@ -120,8 +120,12 @@ def test_the_shadow_block_serves_as_without_shadow_and_writes_the_candidates_ans
     served, shadowed = results_lines(out)
     assert served["sent"] == served["results"] == "360", served  # the served answers, as without shadow
     assert served["accuracy"] == f"{accuracy('digits'):.4f}", served
-    assert int(shadowed["results"]) > 0, shadowed  # the candidate's answers, same correlation IDs
-    assert re.search(r"^streaminfer_shadow_\w+", out, re.M), "no streaminfer_shadow_ metric"
+    assert shadowed["sent"] == shadowed["results"] == "360", shadowed  # the candidate's answers, same IDs
+    # on the same 360 digits the candidate answers live as it did in the gate (the block gates it first)
+    (gated,) = re.findall(r"accuracy \(candidate\)\s*\S\s*([0-9.]+)", out)
+    assert shadowed["accuracy"] == f"{float(gated):.4f}", (shadowed, gated)
+    assert re.search(r"^streaminfer_shadow_rows_total 360\.0$", out, re.M), "the candidate scored every row"
+    assert re.search(r"^streaminfer_shadow_shed_batches_total 0\.0$", out, re.M), "16 pending batches shed none"
 
 
 def test_the_pages_overlay_renders_the_candidates_pod_template(tmp_path: Path) -> None:
