@@ -64,6 +64,8 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
     closed = [r for r in runs if r["mode"] in CLOSED_MODES and not r["extra"].get("round")]  # rounds: in the table
     # One horizontal bar per run, its name on the left in full: the figure is PLOT_WIDTH_IN wide whatever the
     # number of runs (about 1,000 px), and grows in height instead (a quarter inch a run).
+    if not closed:
+        return []  # no digits run (--skip-digits, --only-shadow): nothing to draw, not an empty log axis
     labels = [f"{r['mode']} {r['setting']}" for r in closed]
     fig, ax = plt.subplots(figsize=(PLOT_WIDTH_IN, 1.6 + 0.27 * len(closed)))
     colors = {"naive": "tab:red", "passthrough": "tab:gray", "decode-encode": "tab:olive", "bare-ort": "tab:green"}

@@ -217,3 +217,11 @@ def test_the_shadow_row_pairs_rounds_with_and_without_a_shadow_and_takes_the_med
     assert ratios["shadow_digits_vs_off"] == pytest.approx(0.95)
     assert ratios["shadow_digits_cpu_vs_off"] == pytest.approx(20 / 22)
     assert ratios["shadow_digits_shed_share"] == pytest.approx(0.02)
+
+
+def test_plots_without_digits_runs_draw_nothing(tmp_path: Path) -> None:
+    """--skip-digits leaves no closed digits run: no figure (a log axis over no bars raised in matplotlib)."""
+    from harness.bench.report import plots
+
+    assert plots({"runs": []}, tmp_path) == []
+    assert list(tmp_path.iterdir()) == []
