@@ -15,6 +15,7 @@ when no engine answers.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -114,6 +115,22 @@ def _local_broker(state: Path, **options: Any) -> Iterator[LocalBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """A test that runs ``consumer.__main__.main`` in-process configures the root logger
+    (:func:`consumer.ops.logs.configure`: a ``StreamHandler`` on that test's captured ``sys.stderr``, level set).
+    Left in place, every later test's log lines go to a closed stream and print "--- Logging error ---" into the
+    stderr a later test reads (test_tools_security's one-line error). Handlers of that kind added during a test
+    are removed after it, and the root level restored; pytest's own capture handlers are left to pytest."""
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in before and type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
