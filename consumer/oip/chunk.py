@@ -141,6 +141,17 @@ def _envelope(
         return None
     if type(body) is not dict or type(raw_inputs) is not list or len(raw_inputs) != len(signature.inputs):
         return None
+    fields = _request_fields(body, signature)
+    if fields is None:
+        return None
+    return raw_inputs, *fields
+
+
+def _request_fields(
+    body: dict[str, Any], signature: ModelSignature
+) -> tuple[str | None, tuple[str, ...] | None, bool] | None:
+    """The request object's own fields, if well formed (a string ``id`` or none, an object ``parameters`` or none,
+    valid ``outputs`` or none): (request id, requested outputs, binary_data_output); None when any is off."""
     request_id = body.get("id")
     parameters = body.get("parameters")
     if (request_id is not None and type(request_id) is not str) or (
@@ -153,12 +164,13 @@ def _envelope(
             outputs = requested_outputs(body["outputs"], signature)
         except RecordError:
             return None
-    return raw_inputs, request_id, outputs, bool(parameters and parameters.get("binary_data_output") is True)
+    return request_id, outputs, bool(parameters and parameters.get("binary_data_output") is True)
 
 
 def _parse_plain_one(index: int, value: bytes, signature: ModelSignature) -> tuple[_StackKey, _Parsed] | None:
-    """:func:`_parse_plain` of a one-input model, :func:`_envelope` and :func:`_declared` inlined (the same checks,
-    so the same records are taken; this runs once per record of a chunk)."""
+    """:func:`_parse_plain` of a one-input model, :func:`_envelope`'s input checks and :func:`_declared` inlined (the
+    same checks, so the same records are taken; this runs once per record of a chunk); the request's own fields are
+    :func:`_request_fields`, as :func:`_envelope`'s."""
     try:
         body = orjson.loads(value)
         raw_inputs = body["inputs"]
@@ -180,19 +192,10 @@ def _parse_plain_one(index: int, value: bytes, signature: ModelSignature) -> tup
     for d in shape:
         if type(d) is not int or d < 0:
             return None
-    request_id = body.get("id")
-    parameters = body.get("parameters")
-    if (request_id is not None and type(request_id) is not str) or (
-        parameters is not None and type(parameters) is not dict
-    ):
+    fields = _request_fields(body, signature)
+    if fields is None:
         return None
-    outputs = None
-    if "outputs" in body:
-        try:
-            outputs = requested_outputs(body["outputs"], signature)
-        except RecordError:
-            return None
-    binary_output = bool(parameters and parameters.get("binary_data_output") is True)
+    request_id, outputs, binary_output = fields
     return ((datatype, tuple(shape)),), (index, request_id, outputs, binary_output, [data])
 
 
