@@ -142,7 +142,7 @@ class ExactlyOnce:
         while not self._stop.is_set():
             async with self._window_lock:
                 await self._window()
-            st.source.update_lag()
+            st.source.refresh_lag()
             await asyncio.sleep(0)  # a revoke waiting for the lock takes it here
 
     async def _window(self) -> None:
