@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import platform
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,14 @@ class SetOutputs:
         return np.concatenate(parts)
 
 
+def pad_values(runner: OnnxRunner) -> Mapping[str, int] | None:
+    """A sequence model's padding values per input (the set's batches are padded to their longest record, as the
+    consumer pads a micro-batch); None for other models, and for a sequence model that padding would change
+    (``padding_safe`` False: the consumer batches it by exact length, and so does the set)."""
+    spec = runner.signature.sequence
+    return spec.pad_values if spec is not None and spec.padding_safe else None
+
+
 def run_set(runner: OnnxRunner, comparison: ComparisonSet, batch_size: int) -> SetOutputs:
     """Every batch of the set through ``runner``; whole outputs (no batch axis) are left out.
 
@@ -68,7 +76,7 @@ def run_set(runner: OnnxRunner, comparison: ComparisonSet, batch_size: int) -> S
     """
     whole = runner.signature.whole_outputs
     out, members = [], []
-    for feeds, idx in batches(comparison, batch_size):
+    for feeds, idx in batches(comparison, batch_size, pad_values(runner)):
         rows = sum(comparison.records[i].rows for i in idx)
         result = runner.run(feeds, rows)
         out.append({n: np.asarray(a) for n, a in result.items() if n not in whole})
@@ -76,11 +84,14 @@ def run_set(runner: OnnxRunner, comparison: ComparisonSet, batch_size: int) -> S
     return SetOutputs(out, members)
 
 
-def predictions(outputs: SetOutputs, label_output: str | None = None) -> tuple[str, np.ndarray] | None:
+def predictions(
+    outputs: SetOutputs, label_output: str | None = None, skip: Collection[str] = ()
+) -> tuple[str, np.ndarray] | None:
     """(output name, int64 ``[rows]``) of the model's top-1 class: ``label_output`` if given; else an integer
     output of shape ``[rows]`` (a classifier's label); else argmax over axis 1 of the first float ``[rows, classes]``
-    output; None when the model has neither (a regressor, an embedding)."""
-    names = list(outputs.batches[0]) if outputs.batches else []
+    output not in ``skip`` (the embedding outputs: a vector is not class scores); None when the model has neither
+    (a regressor, an embedding)."""
+    names = [n for n in outputs.batches[0] if n not in skip] if outputs.batches else []
     if label_output is not None:
         names = [label_output]
     for name in names:
@@ -94,9 +105,12 @@ def predictions(outputs: SetOutputs, label_output: str | None = None) -> tuple[s
     return None
 
 
-def accuracy(outputs: SetOutputs, comparison: ComparisonSet, label_output: str | None = None) -> dict[str, Any]:
-    """Top-1 accuracy against the set's labels (rows of labelled records only); {} without labels or classes."""
-    found = predictions(outputs, label_output)
+def accuracy(
+    outputs: SetOutputs, comparison: ComparisonSet, label_output: str | None = None, skip: Collection[str] = ()
+) -> dict[str, Any]:
+    """Top-1 accuracy against the set's labels (rows of labelled records only); {} without labels or classes
+    (``skip``: as :func:`predictions`)."""
+    found = predictions(outputs, label_output, skip)
     labels = comparison.labels()
     known = labels >= 0
     if found is None or not known.any():
@@ -129,7 +143,7 @@ def timings(
     rows_of = [r.rows for r in comparison.records]
     out = []
     for size in sorted({min(b, rows_total) for b in batch_sizes}):
-        plan = [(feeds, sum(rows_of[i] for i in idx)) for feeds, idx in batches(comparison, size)]
+        plan = [(feeds, sum(rows_of[i] for i in idx)) for feeds, idx in batches(comparison, size, pad_values(runner))]
         for feeds, rows in plan:  # warm-up: arenas and kernels sized for these shapes
             runner.run(feeds, rows)
         samples: list[float] = []

@@ -154,12 +154,21 @@ def read_set(path: Path) -> ComparisonSet:
     return ComparisonSet(records, header, path)
 
 
-def batches(comparison: ComparisonSet, batch_size: int) -> Iterator[tuple[dict[str, np.ndarray], list[int]]]:
-    """The set's micro-batches: consecutive records of the same non-batch input shapes, up to ``batch_size`` rows
-    (a record of more rows alone), in set order, so every model sees the same batches.
+def batches(
+    comparison: ComparisonSet, batch_size: int, pad_values: Mapping[str, int] | None = None
+) -> Iterator[tuple[dict[str, np.ndarray], list[int]]]:
+    """The set's micro-batches, in set order, so every model sees the same batches.
+
+    Without ``pad_values``: consecutive records of the same non-batch input shapes, up to ``batch_size`` rows (a
+    record of more rows alone). With ``pad_values`` (a sequence model's, :attr:`consumer.signature.SequenceSpec.
+    pad_values`: input name -> the value padded positions get): consecutive records of any length, up to
+    ``batch_size`` rows, each ``[rows_i, L_i]`` input padded to the batch's longest ``L`` as the consumer pads a
+    micro-batch (:meth:`consumer.model.buffers.BatchBuffers.pad`: ``input_ids`` with the pad token id, the rest 0,
+    so ``attention_mask`` is 0 on padding). The consumer groups by length bucket first; the set keeps its order so
+    that outputs line up with its records and labels.
 
     Yields:
-        (feeds ``[rows, ...]`` per input, the indices of the records in the batch)
+        (feeds ``[rows, ...]`` per input (fresh arrays), the indices of the records in the batch)
     """
     group: list[int] = []
     rows = 0
@@ -168,10 +177,23 @@ def batches(comparison: ComparisonSet, batch_size: int) -> Iterator[tuple[dict[s
 
     def feeds(members: list[int]) -> dict[str, np.ndarray]:
         names = records[members[0]].inputs.keys()
-        return {n: np.concatenate([records[i].inputs[n] for i in members]) for n in names}
+        if pad_values is None:
+            return {n: np.concatenate([records[i].inputs[n] for i in members]) for n in names}
+        total = sum(records[i].rows for i in members)
+        out: dict[str, np.ndarray] = {}
+        for n in names:
+            parts = [records[i].inputs[n] for i in members]
+            length = max(int(a.shape[1]) for a in parts)
+            arr = np.full((total, length), pad_values.get(n, 0), dtype=parts[0].dtype)
+            start = 0
+            for a in parts:
+                arr[start : start + a.shape[0], : a.shape[1]] = a
+                start += a.shape[0]
+            out[n] = arr
+        return out
 
     for i, rec in enumerate(records):
-        shape = tuple((n, a.shape[1:]) for n, a in sorted(rec.inputs.items()))
+        shape = () if pad_values is not None else tuple((n, a.shape[1:]) for n, a in sorted(rec.inputs.items()))
         if group and (shape != key or rows + rec.rows > batch_size):
             yield feeds(group), group
             group, rows = [], 0

@@ -16,7 +16,7 @@ ensemble likewise), and the gate exits 2 on it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,15 +75,16 @@ def not_applicable(model: Any, variant: str) -> str | None:
     return f"{variant} does not apply to this graph: {tool} converts none of its operators {', '.join(ops)}"
 
 
-def _set_reader(comparison: ComparisonSet, input_names: set[str]) -> Any:
-    """An ``onnxruntime.quantization.CalibrationDataReader`` over the set's batches (the dtypes the consumer feeds)."""
+def _set_reader(comparison: ComparisonSet, input_names: set[str], pad_values: Mapping[str, int] | None = None) -> Any:
+    """An ``onnxruntime.quantization.CalibrationDataReader`` over the set's batches (the dtypes the consumer feeds;
+    a sequence model's padded as :func:`producer_tools.modelset.batches` pads them with ``pad_values``)."""
     from onnxruntime.quantization import CalibrationDataReader
 
     class SetReader(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:
             self._it: Iterator[dict[str, Any]] = (
                 {n: a for n, a in feeds.items() if n in input_names}
-                for feeds, _ in batches(comparison, CALIBRATION_BATCH_ROWS)
+                for feeds, _ in batches(comparison, CALIBRATION_BATCH_ROWS, pad_values)
             )
 
         def get_next(self) -> dict[str, Any] | None:
@@ -92,8 +93,15 @@ def _set_reader(comparison: ComparisonSet, input_names: set[str]) -> Any:
     return SetReader()
 
 
-def build_variant(model_path: Path, variant: str, out: Path, comparison: ComparisonSet | None = None) -> Path:
-    """Write ``variant`` of ``model_path`` to ``out``.
+def build_variant(
+    model_path: Path,
+    variant: str,
+    out: Path,
+    comparison: ComparisonSet | None = None,
+    pad_values: Mapping[str, int] | None = None,
+) -> Path:
+    """Write ``variant`` of ``model_path`` to ``out`` (``int8-static``: calibrated on ``comparison``'s batches,
+    padded with ``pad_values`` for a sequence model, :func:`producer_tools.evaluate.pad_values`).
 
     Raises:
         NotApplicable: the converter does not apply (:func:`not_applicable`), or it raised (its message kept).
@@ -125,7 +133,7 @@ def build_variant(model_path: Path, variant: str, out: Path, comparison: Compari
             quantize_static(
                 str(model_path),
                 str(out),
-                _set_reader(comparison, {i.name for i in model.graph.input}),
+                _set_reader(comparison, {i.name for i in model.graph.input}, pad_values),
                 quant_format=QuantFormat.QDQ,
                 activation_type=QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
