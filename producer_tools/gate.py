@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from consumer.model.runner import OnnxRunner
-from producer_tools.evaluate import SetOutputs, accuracy, predictions, run_set, timings
+from producer_tools.evaluate import SetOutputs, accuracy, padding_of, predictions, run_set, timings
 from producer_tools.modelset import ComparisonSet
 
 #: Denominator floor of the relative difference: values of the serving model nearer 0 than this count as this.
@@ -201,7 +201,9 @@ def gate(
         consumer.errors.InferenceError: a batch failed.
     """
     t = thresholds
-    out_s, out_c = run_set(serving, comparison, batch_size), run_set(candidate, comparison, batch_size)
+    padding = padding_of(serving)  # both models on the serving model's batches (a sequence model's)
+    out_s = run_set(serving, comparison, batch_size, padding)
+    out_c = run_set(candidate, comparison, batch_size, padding)
     report = GateReport()
     report.outputs, report.differences = compare_outputs(out_s, out_c)
     report.embeddings = embedding_outputs(out_s, embeddings)
@@ -228,8 +230,13 @@ def gate(
             report.checks.append(_judge(f"{name}: min cosine", entry["min_cosine"], t.min_row_cosine, at_least=True))
             low = t.min_p1_cosine if name in skip else None
             report.checks.append(_judge(f"{name}: p{COSINE_PERCENTILE} cosine", entry["p1_cosine"], low, at_least=True))
-    perf_s = timings(serving, comparison, batch_sizes, min_runs=min_runs, max_seconds=max_seconds)
-    perf_c = timings(candidate, comparison, batch_sizes, min_runs=min_runs, max_seconds=max_seconds)
+    if padding is not None:
+        # 1: padding a row leaves the candidate's answer as it is (the consumer's load-time probe); 0: the consumer
+        # would batch it by exact length (dynamic INT8 quantises activations per batch, padding included)
+        safe = candidate.signature.sequence is not None and candidate.signature.sequence.padding_safe
+        report.checks.append(Check("padding-safe (candidate)", float(safe)))
+    perf_s = timings(serving, comparison, batch_sizes, min_runs=min_runs, max_seconds=max_seconds, padding=padding)
+    perf_c = timings(candidate, comparison, batch_sizes, min_runs=min_runs, max_seconds=max_seconds, padding=padding)
     report.performance = {"serving": perf_s, "candidate": perf_c}
     for s, c in zip(perf_s, perf_c, strict=True):
         b = s["batch_size"]

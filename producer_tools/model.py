@@ -222,7 +222,7 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from producer_tools.evaluate import make_record, open_runner, pad_values
+    from producer_tools.evaluate import make_record, open_runner, padding_of
     from producer_tools.gate import Thresholds, gate
     from producer_tools.modelset import read_set
     from producer_tools.variants import NotApplicable, build_variant
@@ -233,7 +233,7 @@ def _gate(args: argparse.Namespace) -> int:
     if args.variant is not None:
         candidate_path = args.variant_out or args.model.with_suffix(f".{args.variant}.onnx")
         try:
-            build_variant(args.model, args.variant, candidate_path, comparison, pad_values(serving))
+            build_variant(args.model, args.variant, candidate_path, comparison, padding_of(serving))
         except NotApplicable as exc:
             print(f"streaminfer-model gate: {exc}", file=sys.stderr)
             return EXIT_USAGE

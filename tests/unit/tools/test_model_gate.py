@@ -11,9 +11,9 @@ import pytest
 
 from consumer.model.runner import OnnxRunner
 from consumer.signature import ModelSignature, SequenceSpec, TensorSpec
-from producer_tools.evaluate import SetOutputs, pad_values, predictions
+from producer_tools.evaluate import SetOutputs, padding_of, predictions
 from producer_tools.gate import COSINE_PERCENTILE, Thresholds, compare_outputs, embedding_outputs, gate
-from producer_tools.modelset import ComparisonSet, SetRecord, batches
+from producer_tools.modelset import ComparisonSet, Padding, SetRecord, batches
 
 PADS = {"input_ids": 0, "attention_mask": 0}
 
@@ -29,15 +29,36 @@ def text_set(*lengths: int) -> ComparisonSet:
 
 def test_a_text_sets_batches_are_padded_to_their_longest_record_in_set_order() -> None:
     comparison = text_set(3, 5, 2, 4)
-    got = list(batches(comparison, 3, {"input_ids": 1, "attention_mask": 0}))
+    got = list(batches(comparison, 3, Padding({"input_ids": 1, "attention_mask": 0})))  # one lane
     assert [idx for _, idx in got] == [[0, 1, 2], [3]]
     feeds = got[0][0]
     assert feeds["input_ids"].tolist() == [[5, 6, 7, 1, 1], [5, 6, 7, 8, 9], [5, 6, 1, 1, 1]]
     assert feeds["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
     assert got[1][0]["input_ids"].shape == (1, 4)
-    # without padding values, records of different lengths never share a batch
+    # without padding, records of different lengths never share a batch
     assert [idx for _, idx in batches(comparison, 3)] == [[0], [1], [2], [3]]
     assert [idx for _, idx in batches(text_set(3, 3, 3, 2), 8)] == [[0, 1, 2], [3]]
+
+
+def test_a_text_sets_batches_follow_the_consumers_length_buckets_and_token_budget() -> None:
+    comparison = text_set(2, 9, 3, 10, 4, 2, 12)
+    lanes = Padding(PADS, buckets=(4, 8, 16))
+    # lengths 2, 3, 4, 2 share bucket 4; 9, 10, 12 bucket 16; a lane is a batch at 3 rows, the rest at the end
+    assert [idx for _, idx in batches(comparison, 3, lanes)] == [[0, 2, 4], [1, 3, 6], [5]]
+    # 2 rows x bucket 16 = 32 tokens: a third long record would take the lane past 40
+    budget = Padding(PADS, buckets=(4, 8, 16), max_tokens=40)
+    assert [idx for _, idx in batches(comparison, 8, budget)] == [[1, 3], [0, 2, 4, 5], [6]]
+    # the set's rows come back in set order whatever the batches
+    table = np.arange(100, dtype=np.float32)[:, None] * np.ones((1, 2), np.float32)
+    parts = [(table[f["input_ids"][:, 0]], idx) for f, idx in batches(comparison, 3, lanes)]
+    joined = SetOutputs([{"e": e} for e, _ in parts], [idx for _, idx in parts], [1] * 7).joined("e")
+    assert joined is not None
+    assert joined[:, 0].tolist() == [5.0] * 7  # every text starts with token 5
+    ids = SetOutputs([{"i": np.asarray(idx, np.int64)} for _, idx in parts], [idx for _, idx in parts], [1] * 7).joined(
+        "i"
+    )
+    assert ids is not None
+    assert ids.tolist() == list(range(7))
 
 
 def outputs(*batches_: Mapping[str, np.ndarray]) -> SetOutputs:
@@ -122,7 +143,9 @@ def test_the_gate_judges_an_embeddings_low_percentile_and_never_its_argmax() -> 
         + [text_record([5])]
     )
     serving = fake_runner(table)
-    assert pad_values(serving) == PADS
+    padding = padding_of(serving)
+    assert padding is not None
+    assert padding.pad_values == PADS
     quick: dict[str, Any] = {"batch_sizes": (4,), "min_runs": 1, "max_seconds": 0.0}
     same = gate(serving, fake_runner(table), comparison, Thresholds(), **quick)
     assert same.passed
