@@ -16,7 +16,7 @@ import re
 import signal
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,20 +233,23 @@ def run_shell_block(
     unset: Sequence[str],
     stops: Sequence[Sequence[str]] = (KAFKA_STOP,),
     timeout_s: float = 600,
+    cwd: Path = ROOT,
+    extra_env: Mapping[str, str] | None = None,
 ) -> str:
-    """Run one docs block as written, alone, in a fresh ``bash`` (``set -euo pipefail``) from the repository root:
-    without the variables named in ``unset`` (those another block sets, and the suite's own broker and registry),
-    with ``KAFKA_LOCAL_STATE`` under ``tmp_path`` (the block's broker and registry, apart from the suite's).
-    Afterwards the block's process group is killed (what it left in the background: consumers) and each ``stops``
-    command runs (with the block's environment). Returns the block's output (stdout and stderr together); asserts
-    exit 0, showing the output's last 4000 characters otherwise. Raises subprocess.TimeoutExpired past
-    ``timeout_s`` seconds."""
+    """Run one docs block as written, alone, in a fresh ``bash`` (``set -euo pipefail``) from ``cwd`` (the
+    repository root): without the variables named in ``unset`` (those another block sets, and the suite's own broker
+    and registry), with ``KAFKA_LOCAL_STATE`` under ``tmp_path`` (the block's broker and registry, apart from the
+    suite's) and ``extra_env``. Afterwards the block's process group is killed (what it left in the background:
+    consumers) and each ``stops`` command runs (with the block's environment, from the repository root). Returns the
+    block's output (stdout and stderr together); asserts exit 0, showing the output's last 4000 characters
+    otherwise. Raises subprocess.TimeoutExpired past ``timeout_s`` seconds."""
     script = "set -euo pipefail\n" + block
     env = {k: v for k, v in os.environ.items() if k not in set(unset)}
     env["KAFKA_LOCAL_STATE"] = str(tmp_path / "state")
+    env.update(extra_env or {})
     proc = subprocess.Popen(
         ["bash", "-c", script],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
