@@ -241,7 +241,8 @@ class Settings(BaseSettings):
         gt=0,
         le=1,
         allow_inf_nan=False,
-        description="Share of the time the candidate's thread may spend scoring: after a run of t seconds it rests "
+        description="Share of the time the candidate's thread may spend scoring: after a run of t seconds of its "
+        "CPU it rests "
         "t * (1 / share - 1) seconds while offered micro-batches wait (or are shed beyond shadow_max_pending), so a "
         "slow candidate takes at most this share of a core; 1: no rest.",
     )

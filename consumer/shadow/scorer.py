@@ -76,8 +76,8 @@ class ShadowScorer:
         registry: where ``streaminfer_shadow_*`` are registered (the service's).
         max_pending: ``shadow_max_pending``: batches offered and not yet scored, at most; one more is shed.
         max_busy_share: ``shadow_max_busy_share``: the share of the time the thread may score (:func:`rest_seconds`
-            after each run, monotonic wall time: the candidate's one intra-op thread is the calling thread); 1: no
-            rest.
+            after each run, of the thread's own CPU time: the candidate's one intra-op thread is the calling thread,
+            and the time it waits for the GIL is not counted); 1: no rest.
         clock: monotonic seconds (``streaminfer_shadow_seconds``).
         answers: ``shadow_results_topic``'s producer, or None when the candidate's answers are only compared.
         records: builds the answers' records (key, correlation ID, request timestamp and trace headers).
@@ -179,9 +179,9 @@ class ShadowScorer:
 
     def _work(self) -> None:
         while parts := self._take(wait=True):
-            started = time.monotonic()
+            started = time.thread_time()  # this thread's CPU: not the time it waited for the GIL
             self._score_counted(parts)
-            self._rest(rest_seconds(time.monotonic() - started, self._max_busy_share))
+            self._rest(rest_seconds(time.thread_time() - started, self._max_busy_share))
 
     def _rest(self, seconds: float) -> None:
         """Score nothing for ``seconds`` (offers queue meanwhile, and are shed beyond ``max_pending``); stop ends
