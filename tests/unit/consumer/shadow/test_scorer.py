@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from consumer.errors import ConfigError
 from consumer.inference import Scored
 from consumer.shadow.candidate import check_inputs
-from consumer.shadow.scorer import ShadowScorer, block_runs
+from consumer.shadow.scorer import ShadowScorer, block_runs, rest_seconds
 from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest
 from tests.unit.fakes import FakeClock, FakeSession, fake_runner
@@ -277,3 +277,27 @@ async def test_the_serving_path_offers_each_part_with_the_block_runs_of_its_requ
         assert p.runs is not None
         from_runs = np.concatenate([block["input"][start:stop] for block, start, stop in p.runs])
         np.testing.assert_array_equal(from_runs, np.concatenate([r.inputs["input"] for r in p.requests]))
+
+
+@pytest.mark.parametrize(
+    ("busy", "share", "rest"), [(0.1, 1.0, 0.0), (0.1, 0.5, 0.1), (0.1, 0.25, 0.3), (0.02, 0.2, 0.08), (-1.0, 0.5, 0.0)]
+)
+def test_the_thread_rests_so_that_it_scores_at_most_its_share_of_the_time(
+    busy: float, share: float, rest: float
+) -> None:
+    assert rest_seconds(busy, share) == pytest.approx(rest)
+    if busy > 0:
+        assert busy / (busy + rest_seconds(busy, share)) == pytest.approx(share)
+
+
+def test_the_setting_reaches_the_scorer(tmp_path: Path, digits_signature: ModelSignature) -> None:
+    from consumer.config import Settings
+    from consumer.shadow.scorer import build_shadow
+
+    for name in ("m.onnx", "c.onnx"):
+        (tmp_path / name).write_bytes(b"")
+    paths = {"model_path": tmp_path / "m.onnx", "shadow_model_path": tmp_path / "c.onnx"}
+    settings = Settings(**paths, shadow_max_busy_share=0.3)
+    runner = fake_runner(digits_signature)
+    s = build_shadow(settings, runner, digits_signature, CollectorRegistry(), clients=None)  # type: ignore[arg-type]
+    assert s._max_busy_share == 0.3
