@@ -203,8 +203,9 @@ class AnswerRecords:
         """An enriched result's (or a tombstone's) headers: the correlation ID and the request's timestamp, then the
         request's own headers but for :data:`NOT_COPIED`."""
         headers: Headers = [(CORRELATION_HEADER, correlation_id), self._timestamp(record.timestamp)]
-        if record.headers:
-            headers += [h for h in record.headers if h[0] not in NOT_COPIED]
+        request_headers = record.headers
+        if request_headers and not NOT_COPIED.issuperset(map(_NAME, request_headers)):
+            headers += [h for h in request_headers if h[0] not in NOT_COPIED]
         return headers
 
     def dead_letter(

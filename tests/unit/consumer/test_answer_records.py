@@ -22,5 +22,10 @@ def test_each_result_carries_its_own_timestamp_and_trace_context() -> None:
             (REQUEST_TIMESTAMP_HEADER, str(stamp).encode()),
             *trace,
         ]
+        rec.headers = [*rec.headers, ("__value_schema_id", b"7")] if i % 2 else rec.headers
         kept = answers.kept_headers(rec, b"cid")
-        assert kept[:2] == [("correlation_id", b"cid"), (REQUEST_TIMESTAMP_HEADER, str(stamp).encode())]
+        assert kept == [
+            ("correlation_id", b"cid"),
+            (REQUEST_TIMESTAMP_HEADER, str(stamp).encode()),
+            *extras[i % 3],  # the request's own but for its correlation ID, timestamp and schema IDs
+        ]
