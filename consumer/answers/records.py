@@ -52,6 +52,7 @@ Records are only built here; :mod:`consumer.delivery.publisher` appends them to 
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 from consumer.answers.headers import CORRELATION_HEADER
@@ -92,6 +93,7 @@ LAST_OFFSET_HEADER = "streaminfer.source.last_offset"
 COMPRESSED_BYTES_HEADER = "streaminfer.error.compressed_bytes"
 UNPACKED_OVER_HEADER = "streaminfer.error.unpacked_bytes_over"
 
+_NAME = operator.itemgetter(0)
 _JSON = ("content-type", b"application/json")
 _OCTET_STREAM = ("content-type", b"application/octet-stream")
 
@@ -134,6 +136,7 @@ class AnswerRecords:
         self.dead_letter_topic = dead_letter_topic
         self._group = group_id.encode()
         self._enrich = enrich
+        self._stamp: tuple[int, bytes] = (-1, b"-1")  # the last timestamp written and its text: a backlog's run
 
     def of(self, work: Work) -> AnswerRecord:
         """The record answering ``work``: its result (a tombstone's tombstone), or else its dead letter (reduced when
@@ -170,38 +173,39 @@ class AnswerRecords:
             json_length: a binary data extension response: the JSON part's length, bytes; None for JSON.
             protobuf: ``value`` is a ``ModelInferResponse`` (headers of :func:`consumer.oip.proto.answer_headers`).
         """
+        stamp = self._timestamp(record.timestamp)
         if protobuf:
-            headers: Headers = [
-                (CORRELATION_HEADER, correlation_id),
-                *answer_headers(),
-                (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
-            ]
+            headers: Headers = [(CORRELATION_HEADER, correlation_id), *answer_headers(), stamp]
         elif json_length is None:
-            headers = [
-                (CORRELATION_HEADER, correlation_id),
-                _JSON,
-                (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
-            ]
+            headers = [(CORRELATION_HEADER, correlation_id), _JSON, stamp]
         else:
             headers = [
                 (CORRELATION_HEADER, correlation_id),
                 _OCTET_STREAM,
-                (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
+                stamp,
                 (BINARY_HEADER, str(json_length).encode()),
             ]
-        if record.headers:
-            headers += [h for h in record.headers if h[0] in TRACE_CONTEXT_HEADERS]
+        request_headers = record.headers
+        if request_headers and not TRACE_CONTEXT_HEADERS.isdisjoint(map(_NAME, request_headers)):
+            headers += [h for h in request_headers if h[0] in TRACE_CONTEXT_HEADERS]
         return AnswerRecord(self.results_topic, record.key, value, headers)
+
+    def _timestamp(self, timestamp: int) -> tuple[str, bytes]:
+        """The request timestamp's header (decimal text), the last one's text reused: a backlog's records come in
+        runs of one millisecond."""
+        last, text = self._stamp
+        if timestamp != last:
+            text = str(timestamp).encode()
+            self._stamp = (timestamp, text)
+        return (REQUEST_TIMESTAMP_HEADER, text)
 
     def kept_headers(self, record: RecordLike, correlation_id: bytes) -> Headers:
         """An enriched result's (or a tombstone's) headers: the correlation ID and the request's timestamp, then the
         request's own headers but for :data:`NOT_COPIED`."""
-        headers: Headers = [
-            (CORRELATION_HEADER, correlation_id),
-            (REQUEST_TIMESTAMP_HEADER, str(record.timestamp).encode()),
-        ]
-        if record.headers:
-            headers += [h for h in record.headers if h[0] not in NOT_COPIED]
+        headers: Headers = [(CORRELATION_HEADER, correlation_id), self._timestamp(record.timestamp)]
+        request_headers = record.headers
+        if request_headers and not NOT_COPIED.issuperset(map(_NAME, request_headers)):
+            headers += [h for h in request_headers if h[0] not in NOT_COPIED]
         return headers
 
     def dead_letter(

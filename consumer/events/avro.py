@@ -95,6 +95,168 @@ def decode(parsed: Any, payload: memoryview) -> Any:
     return datum
 
 
+#: Avro's fixed-width number types and their little-endian numpy dtypes (as fastavro reads them: a Python float).
+_FIXED = {"double": "<f8", "float": "<f4"}
+#: A record's shape: each field's name and, for a nested record, its own shape (None for a leaf).
+_Shape = list[tuple[str, "_Shape | None"]]
+
+
+class FixedTail:
+    """A record schema whose leaves are ``string``, ``double`` or ``float`` fields (nested records of them too), read
+    for a chunk of data at once: each datum's strings one by one (a zigzag varint length, then strict UTF-8), every
+    run of numbers as one numpy array over the chunk. The same data :func:`decode` gives: fastavro reads a double or
+    a float as the float of its 8 or 4 little-endian bytes, a string as its strict UTF-8 decoding, a nested record
+    inline, fields in schema order.
+
+    Args:
+        steps: the leaves in encoding order, consecutive numbers merged: ``None`` for a string, else the numbers'
+            structured dtype.
+        shape: the fields' names and nesting, to build each datum.
+    """
+
+    def __init__(self, steps: list[np.dtype[Any] | None], shape: _Shape) -> None:
+        self.steps = steps
+        self.build = _builder(shape)
+
+    @classmethod
+    def of(cls, parsed: Any) -> FixedTail | None:
+        """The layout of fastavro's parsed record schema ``parsed``; None when it is not of that shape."""
+        leaves: list[str] = []
+        shape = _shape(parsed, leaves)
+        if shape is None:
+            return None
+        steps: list[np.dtype[Any] | None] = []
+        run: list[str] = []
+        for leaf in [*leaves, "string"]:  # (a closing string flushes the last run; it is not a step)
+            if leaf == "string":
+                if run:
+                    steps.append(np.dtype([(f"f{i}", _FIXED[t]) for i, t in enumerate(run)]))
+                    run = []
+                steps.append(None)
+            else:
+                run.append(leaf)
+        return cls(steps[:-1], shape)
+
+    def read(self, payloads: Sequence[bytes | memoryview]) -> list[dict[str, Any]] | None:
+        """Each payload's datum; None when one is not exactly such a datum (a bad length, bytes short or left over,
+        a string that is not UTF-8): :func:`decode` then names its error."""
+        steps = self.steps
+        texts: list[list[str]] = []
+        runs: list[list[bytes]] = [[] for _ in steps]
+        try:
+            for payload in payloads:
+                raw = bytes(payload)
+                pos = 0
+                row = []
+                for k, step in enumerate(steps):
+                    if step is None:
+                        b = raw[pos]
+                        if b < 0x80:  # a length below 64: one byte
+                            length, pos = (b >> 1) ^ -(b & 1), pos + 1
+                        else:
+                            length, pos = _varint(raw, pos)
+                        if length < 0 or pos + length > len(raw):
+                            return None
+                        row.append(raw[pos : pos + length].decode("utf-8"))
+                        pos += length
+                    else:
+                        end = pos + step.itemsize
+                        if end > len(raw):
+                            return None
+                        runs[k].append(raw[pos:end])
+                        pos = end
+                if pos != len(raw):
+                    return None
+                texts.append(row)
+        except (IndexError, UnicodeDecodeError):
+            return None
+        numbers = [
+            np.frombuffer(b"".join(runs[k]), dtype=step).tolist() if step is not None else None
+            for k, step in enumerate(steps)
+        ]
+        out = []
+        build = self.build
+        for i, row in enumerate(texts):
+            strings = iter(row)
+            flat: list[Any] = []
+            for k, step in enumerate(steps):
+                if step is None:
+                    flat.append(next(strings))
+                else:
+                    flat.extend(numbers[k][i])  # type: ignore[index]  # a run's numbers: not None
+            out.append(build(flat, 0)[0])
+        return out
+
+
+def _shape(schema: Any, leaves: list[str]) -> _Shape | None:
+    """A record schema's shape, its leaves' types appended to ``leaves`` in encoding order; None when a field is
+    anything but a string, a double, a float or such a record."""
+    if not isinstance(schema, dict) or schema.get("type") != "record" or not isinstance(schema.get("fields"), list):
+        return None
+    shape: _Shape = []
+    for field in schema["fields"]:
+        if not isinstance(field, dict) or not isinstance(field.get("name"), str):
+            return None
+        kind = field.get("type")
+        if kind == "string" or (isinstance(kind, str) and kind in _FIXED):
+            leaves.append(kind)
+            shape.append((field["name"], None))
+        else:
+            sub = _shape(kind, leaves)
+            if sub is None:
+                return None
+            shape.append((field["name"], sub))
+    if not shape or len({name for name, _ in shape}) != len(shape):
+        return None
+    return shape
+
+
+def _builder(shape: _Shape) -> Any:
+    """A function ``(leaves, start) -> (datum, end)`` over a datum's leaves in order (a list) to the datum (dicts
+    in schema order): consecutive leaf fields taken as one slice, a nested record by its own builder."""
+    parts: list[tuple[tuple[str, ...], Any]] = []
+    for name, sub in shape:
+        if sub is not None:
+            parts.append(((name,), _builder(sub)))
+        elif parts and parts[-1][1] is None:
+            parts[-1] = ((*parts[-1][0], name), None)
+        else:
+            parts.append(((name,), None))
+    if len(parts) == 1 and parts[0][1] is None:
+        names, count = parts[0][0], len(parts[0][0])
+        return lambda leaves, start: (dict(zip(names, leaves[start : start + count], strict=True)), start + count)
+
+    def build(leaves: list[Any], start: int) -> tuple[dict[str, Any], int]:
+        datum: dict[str, Any] = {}
+        for names, sub in parts:
+            if sub is None:
+                datum.update(zip(names, leaves[start : start + len(names)], strict=True))
+                start += len(names)
+            else:
+                datum[names[0]], start = sub(leaves, start)
+        return datum, start
+
+    return build
+
+
+def _varint(raw: bytes, pos: int) -> tuple[int, int]:
+    """The zigzag varint (an Avro ``long``) at ``pos``: (its value, the position after it).
+
+    Raises:
+        IndexError: the bytes end inside it.
+    """
+    b = raw[pos]
+    pos += 1
+    n = b & 0x7F
+    shift = 7
+    while b & 0x80:
+        b = raw[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+    return (n >> 1) ^ -(n & 1), pos
+
+
 def encode(parsed: Any, datum: dict[str, Any]) -> bytes:
     """The Avro binary encoding of ``datum`` (schemaless: no frame).
 

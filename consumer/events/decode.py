@@ -79,6 +79,7 @@ class EventDecoder:
         self._clash = tuple(result_fields)
         self._shape_key = mapping.shape_key
         self._numeric_ids: dict[int | None, bool] = {}
+        self._layouts: dict[int, avro.FixedTail | None] = {}  # per writer schema ID: read a chunk at once, or not
 
     async def prepare(self, values: Sequence[bytes | None], idle: Idle | None = None) -> None:
         """Avro: resolve the writer schemas of ``values`` (waiting out an unreachable registry); json: nothing."""
@@ -207,11 +208,16 @@ class EventDecoder:
             if known is None or known.error is not None:
                 return None
             payloads = [memoryview(v)[_PAYLOAD] for v in plain]
-            parsed, decode = known.parsed, avro.decode
-            try:
-                events = [decode(parsed, payload) for payload in payloads]
-            except RecordError:
-                return None
+            if schema_id not in self._layouts:
+                self._layouts[schema_id] = avro.FixedTail.of(known.parsed)
+            layout = self._layouts[schema_id]
+            events = layout.read(payloads) if layout is not None else None
+            if events is None:
+                parsed, decode = known.parsed, avro.decode
+                try:
+                    events = [decode(parsed, payload) for payload in payloads]
+                except RecordError:
+                    return None
             raws = payloads
         if set(map(type, events)) != {dict}:
             return None

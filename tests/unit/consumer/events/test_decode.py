@@ -251,3 +251,21 @@ async def test_uniform_avro_chunks_decode_as_record_by_record() -> None:
         values = [*good[:2], value, *good[2:]]
         assert decoder._uniform(values) is None
         same_outcomes(decoder.decode(values), general(decoder).decode(values))
+
+
+async def test_a_chunk_of_a_strings_and_numbers_schema_is_read_at_once_as_record_by_record() -> None:
+    simple = {"type": "record", "name": "Simple", "fields": [{"name": "id", "type": "string"},
+              {"name": "amount", "type": "double"}, {"name": "note", "type": "string"}]}  # fmt: skip
+    registry, clock = FlakyRegistry(), InstantClock()
+    schema_id = await registry.add("payments-value", simple)
+    schemas = Schemas(registry, MAPPING, SIGNATURE, "scored-value", register=True, unknown_retries=0,
+                      backoff=Backoff(0.1, 1.0), clock=clock, sleep=clock.sleep)  # fmt: skip
+    decoder = EventDecoder("avro", MAPPING, Limits(), schemas, ["score"])
+    good = [frame(schema_id, avro_bytes(simple, {"id": f"p{i}", "amount": i / 3, "note": "é" * i})) for i in range(5)]
+    await decoder.prepare(good)
+    out = decoder.decode(good)
+    assert decoder._layouts[schema_id] is not None  # read by the layout
+    same_outcomes(out, general(decoder).decode(good))
+    for bad in (good[1][:-1], good[1] + b"\x00"):
+        values = [*good[:2], bad, *good[2:]]
+        same_outcomes(decoder.decode(values), general(decoder).decode(values))
