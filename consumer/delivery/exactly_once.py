@@ -37,7 +37,7 @@ from consumer import fate
 from consumer.budget import InFlight
 from consumer.delivery.stages import Stages, backoff
 from consumer.delivery.transactions import PartitionTransactions
-from consumer.delivery.writer import OpenBatches, Sent
+from consumer.delivery.writer import OpenBatches, Routed, Sent
 from consumer.inference import Scored
 from consumer.kafka.clients import ProducerClient
 from consumer.kafka.source import Fetched
@@ -162,8 +162,7 @@ class ExactlyOnce:
                     st.writer.ladder.resume(work)
                 self.held.add(works)
                 scored = await self._answer(works)
-                for tp, group in groupby(works, key=lambda w: w.tp):
-                    await self._write(transactions, tp, list(group))
+                await self._write(transactions, works)
                 if scored:  # after the answers are in their transactions; never waits: consumer.shadow.scorer
                     assert st.shadow is not None
                     st.shadow.offer(scored)
@@ -200,16 +199,25 @@ class ExactlyOnce:
             await st.inference.run(batch, self._buffers, scored)
         return scored
 
-    async def _write(
-        self, transactions: dict[TopicPartition, _Transaction], tp: TopicPartition, works: list[Work]
-    ) -> None:
-        """Append a partition's answers (offset order) to its transaction, beginning it with the first ones."""
-        txn = transactions.get(tp)
-        if txn is None:
-            txn = transactions[tp] = await self._begin(tp)
-        txn.works += works
-        if txn.producer is not None and txn.error is None:
-            txn.sent += await self._stages.writer.write(txn.producer, works, txn.open)
+    async def _write(self, transactions: dict[TopicPartition, _Transaction], works: list[Work]) -> None:
+        """Append a chunk's answers, partition by partition (offset order), to each partition's transaction,
+        beginning it with its first ones. The chunk is routed once (:meth:`AnswerWriter.route`), with the first
+        producer that can write."""
+        writer = self._stages.writer
+        routed: Routed | None = None
+        start = 0
+        for tp, group in groupby(works, key=lambda w: w.tp):
+            part = list(group)
+            end = start + len(part)
+            txn = transactions.get(tp)
+            if txn is None:
+                txn = transactions[tp] = await self._begin(tp)
+            txn.works += part
+            if txn.producer is not None and txn.error is None:
+                if routed is None:
+                    routed = await writer.route(txn.producer, works)
+                txn.sent += await writer.write(txn.producer, part, txn.open, routed.slice(start, end))
+            start = end
 
     async def _begin(self, tp: TopicPartition) -> _Transaction:
         try:

@@ -101,6 +101,7 @@ class Source:
         self._clock = clock
         self._fetch_seconds = metrics.stage_seconds.labels("fetch")
         self.lag = 0
+        self._throttled = False  # throttle() paused the assignment and has not resumed it since
         self._lag_refreshed = -math.inf  # clock() of the last update_lag, s
         self._lag_series: dict[TopicPartition, Any] = {}  # each partition's lag gauge child (labels() is costly)
         #: The group's listener, set by :meth:`start` (a delivery mode adds its figures to a rebalance's line).
@@ -210,8 +211,11 @@ class Source:
             if unpaused:
                 consumer.pause(*unpaused)
                 self._metrics.paused.set(1)
-        elif consumer.paused():
-            consumer.resume(*consumer.paused())
+            self._throttled = True
+        elif self._throttled:  # no walk over every assigned partition's state per fetch while nothing is paused
+            self._throttled = False
+            if paused := consumer.paused():
+                consumer.resume(*paused)
             self._metrics.paused.set(0)
 
     def update_lag(self) -> None:

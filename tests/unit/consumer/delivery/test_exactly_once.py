@@ -54,6 +54,8 @@ async def test_a_window_commits_its_answers_with_the_next_offsets(
     await h.until_in_time(lambda: h.committed(0) == 3 and h.committed(1) == 5, step_ms=WINDOW_MS)
     assert len(h.results()) == 7
     assert h.reasons() == {(0, 1): "invalid_json"}
+    # the chunk was routed once, each answer then written by its own partition's transactional producer
+    assert all(w.producer == f"streaminfer-txn-{source_of(w)[0]}" for w in h.results() + h.dead_letters())
     assert txn_producer(h, 0).transactions == ["commit"]
     assert h.app.in_flight_rows == 0
     await h.stop()
