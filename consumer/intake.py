@@ -24,7 +24,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from consumer.answers.headers import correlation_id
+from consumer.answers.headers import CORRELATION_HEADER, correlation_id
 from consumer.errors import DeadLetterReason, DecodeError
 from consumer.events.decode import TOMBSTONE, EventDecoder
 from consumer.events.registry import Idle
@@ -141,7 +141,11 @@ class Intake:
                 offset = rec.offset
                 track(offset)
                 if type(outcome) is DecodedRequest:
-                    cid = correlation_id(rec.headers, outcome.id, rec.key, (topic, partition, offset))
+                    headers = rec.headers
+                    if headers and headers[0][0] == CORRELATION_HEADER and headers[0][1] is not None:
+                        cid = headers[0][1]  # the common case, correlation_id's first rule without the call
+                    else:
+                        cid = correlation_id(headers, outcome.id, rec.key, (topic, partition, offset))
                     append(Work(rec, tp, offsets, cid, outcome, None, outcome.rows, started))
                 elif outcome is TOMBSTONE:
                     cid = correlation_id(rec.headers, None, rec.key, (topic, partition, offset))
@@ -160,18 +164,21 @@ class Intake:
     def _parse(self, records: list[Any]) -> list[Any]:
         """Decode and validate every record (thread-safe: reads only the signature, limits and tokenizer): a
         DecodedRequest, a RecordError or (events) TOMBSTONE each."""
-        stand_ins = {i: rec for i, rec in enumerate(records) if type(rec) is UndecodableRecord}
         values = [rec.value for rec in records]
+        odd = set(map(type, records)), set(map(type, values))  # a stand-in or a dropped value: looked for below
         outcomes: list[Any]
         if self.events is not None:
             outcomes = self.events.decode([None if type(v) is Dropped else v for v in values])
         else:
             headers = [rec.headers for rec in records]
             outcomes = decode_chunk(values, headers, self._signature, self._limits, self._text, self.images)
-        for i, rec in stand_ins.items():
-            outcomes[i] = DecodeError(DeadLetterReason.UNDECODABLE_RECORD, rec.error)
-        for i, value in enumerate(values):
-            if type(value) is Dropped:  # a batch or value the client was not let unpack or keep
-                reason = DeadLetterReason.TOO_LARGE if value.error is None else DeadLetterReason.UNDECODABLE_RECORD
-                outcomes[i] = DecodeError(reason, value.describe())
+        if UndecodableRecord in odd[0]:
+            for i, rec in enumerate(records):
+                if type(rec) is UndecodableRecord:
+                    outcomes[i] = DecodeError(DeadLetterReason.UNDECODABLE_RECORD, rec.error)
+        if Dropped in odd[1]:
+            for i, value in enumerate(values):
+                if type(value) is Dropped:  # a batch or value the client was not let unpack or keep
+                    reason = DeadLetterReason.TOO_LARGE if value.error is None else DeadLetterReason.UNDECODABLE_RECORD
+                    outcomes[i] = DecodeError(reason, value.describe())
         return outcomes

@@ -37,7 +37,7 @@ from consumer import fate
 from consumer.budget import InFlight
 from consumer.delivery.stages import Stages, backoff
 from consumer.delivery.transactions import PartitionTransactions
-from consumer.delivery.writer import Sent
+from consumer.delivery.writer import OpenBatches, Sent
 from consumer.inference import Scored
 from consumer.kafka.clients import ProducerClient
 from consumer.kafka.source import Fetched
@@ -64,6 +64,9 @@ class _Transaction:
     error: BaseException | None = None
     works: list[Work] = field(default_factory=list)
     sent: list[Sent] = field(default_factory=list)
+    #: Batches not yet full, appended to by the window's next chunks, handed over before the commit: one produce
+    #: request per destination and window rather than one per chunk (nothing is visible before the commit anyway).
+    open: OpenBatches = field(default_factory=OpenBatches)
 
 
 class ExactlyOnce:
@@ -139,7 +142,7 @@ class ExactlyOnce:
         while not self._stop.is_set():
             async with self._window_lock:
                 await self._window()
-            st.source.update_lag()
+            st.source.refresh_lag()
             await asyncio.sleep(0)  # a revoke waiting for the lock takes it here
 
     async def _window(self) -> None:
@@ -206,7 +209,7 @@ class ExactlyOnce:
             txn = transactions[tp] = await self._begin(tp)
         txn.works += works
         if txn.producer is not None and txn.error is None:
-            txn.sent += await self._stages.writer.write(txn.producer, works)
+            txn.sent += await self._stages.writer.write(txn.producer, works, txn.open)
 
     async def _begin(self, tp: TopicPartition) -> _Transaction:
         try:
@@ -271,6 +274,8 @@ class ExactlyOnce:
         st = self._stages
         producer = txn.producer
         assert producer is not None
+        if len(txn.open):
+            txn.sent += await st.writer.flush(producer, txn.open)
         if txn.sent:
             await asyncio.wait([sent.future for sent in txn.sent])
         failure: BaseException | None = None

@@ -51,6 +51,21 @@ class _Open:
     works: list[Work] = field(default_factory=list)
 
 
+class OpenBatches:
+    """Producer batches kept open across :meth:`AnswerWriter.write` calls (exactly_once: one transaction's, until
+    :meth:`AnswerWriter.flush` before its commit): a partition's answers of a whole window travel in as few, as full
+    batches as fit, so one produce request per destination and window instead of one per fetched chunk."""
+
+    __slots__ = ("batches",)
+
+    def __init__(self) -> None:
+        #: destination (topic, partition) -> its open batch.
+        self.batches: dict[tuple[str, int], _Open] = {}
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
 def failed_future(exc: BaseException) -> asyncio.Future[Any]:
     """A future that already failed with ``exc``."""
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -85,10 +100,15 @@ class AnswerWriter:
         self._wall_clock = wall_clock
         self._waited = 0.0  # of the current write: time the client made us wait, seconds
 
-    async def write(self, producer: ProducerClient, works: Sequence[Work]) -> list[Sent]:
+    async def write(
+        self, producer: ProducerClient, works: Sequence[Work], keep: OpenBatches | None = None
+    ) -> list[Sent]:
         """Append ``works``' answers in order and hand every batch to ``producer``. A ``solo`` answer travels in a
         produce request of its own: it is awaited before the next answer is appended, and if it fails the rest is
         not attempted (returned as one :class:`Sent` whose future failed with :class:`NotSentError`).
+
+        With ``keep``, batches that are not full stay open in it (appended to by the next write with the same
+        ``keep``) until :meth:`flush`; only full ones (and a ``solo`` answer, after every open batch) are handed over.
 
         Never raises for a failed write: a batch the client refuses at once gets a failed future.
 
@@ -105,7 +125,7 @@ class AnswerWriter:
             except KafkaError as exc:  # no metadata (broker unreachable): this round is retried
                 return [Sent(None, list(works), failed_future(exc))]
             timestamp_ms = int(self._wall_clock() * 1000)
-            open_batches: dict[tuple[str, int], _Open] = {}
+            open_batches: dict[tuple[str, int], _Open] = {} if keep is None else keep.batches
             for index, (work, (_, key, value, headers), destination) in enumerate(
                 zip(works, answers, destinations, strict=True)
             ):
@@ -133,7 +153,23 @@ class AnswerWriter:
                     slot = open_batches[destination] = _Open(producer.create_batch())
                     slot.builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers)
                 slot.works.append(work)
-            await self._flush(producer, open_batches, sent)
+            if keep is None:
+                await self._flush(producer, open_batches, sent)
+        finally:
+            self._produce_seconds.inc(max(0.0, self._clock() - started - self._waited))
+        return sent
+
+    async def flush(self, producer: ProducerClient, keep: OpenBatches) -> list[Sent]:
+        """Hand every batch still open in ``keep`` to ``producer`` (emptying it); never raises for a failed write.
+
+        Returns:
+            The batches in the order they were handed over.
+        """
+        sent: list[Sent] = []
+        started = self._clock()
+        self._waited = 0.0
+        try:
+            await self._flush(producer, keep.batches, sent)
         finally:
             self._produce_seconds.inc(max(0.0, self._clock() - started - self._waited))
         return sent

@@ -17,9 +17,12 @@ slice (no copy). With enriched results an event that already has a field the res
 
 from __future__ import annotations
 
+import operator
+from collections import deque
 from collections.abc import Sequence
 from enum import Enum
-from typing import Any, Final, Literal
+from itertools import repeat
+from typing import Any, Final, Literal, cast
 
 import orjson
 
@@ -41,6 +44,11 @@ class Tombstone(Enum):
 TOMBSTONE: Final = Tombstone.TOMBSTONE
 
 Outcome = DecodedRequest | RecordError | Literal[Tombstone.TOMBSTONE]
+
+#: A value's first byte; the schema ID and the datum of a value in the registry's wire format.
+_FIRST = operator.itemgetter(0)
+_SCHEMA_ID = slice(1, avro.HEADER_BYTES)
+_PAYLOAD = slice(avro.HEADER_BYTES, None)
 
 
 class EventDecoder:
@@ -80,6 +88,31 @@ class EventDecoder:
     def decode(self, values: Sequence[bytes | None]) -> list[Outcome]:
         """One outcome per value, in order: a :class:`~consumer.work.DecodedRequest` holding its
         :class:`~consumer.work.Event`, a :class:`~consumer.errors.RecordError`, or :data:`TOMBSTONE`."""
+        uniform = self._uniform(values)
+        if uniform is not None:
+            chunk, chunk_raws, chunk_schema = uniform
+            numbers = chunk_schema is not None and self._numeric(chunk_schema)
+            chunk_block, chunk_errors = self._mapping.tensors(chunk, numbers)
+            if not any(chunk_errors):
+                requests = list(
+                    map(
+                        DecodedRequest,
+                        repeat(None),
+                        repeat(None),
+                        repeat(1),
+                        repeat(None),
+                        repeat(0),
+                        repeat(False),
+                        repeat(chunk_block),
+                        range(len(chunk)),
+                        repeat(self._shape_key),
+                    )
+                )
+                deque(
+                    map(setattr, requests, repeat("event"), map(Event, chunk, chunk_raws, repeat(chunk_schema))),
+                    maxlen=0,
+                )
+                return cast("list[Outcome]", requests)
         out: list[Any] = [None] * len(values)  # every slot is set below
         events: list[dict[str, Any]] = []
         where: list[int] = []
@@ -137,6 +170,55 @@ class EventDecoder:
                 out[i] = request
                 row += 1
         return out
+
+    def _uniform(
+        self, values: Sequence[bytes | None]
+    ) -> tuple[list[dict[str, Any]], Sequence[bytes | memoryview], int | None] | None:
+        """The common chunk's events at once: every value bytes within ``max_record_bytes``; json: each an object
+        (no registry frame), avro: each of one known usable writer schema, decoded to a record
+        (:func:`~consumer.events.avro.decode`); no event holding a field the result writes. (events, their
+        raw bytes, the schema ID or None); None when any record is anything else: the chunk is then decoded record
+        by record, which names each culprit."""
+        if not values or set(map(type, values)) != {bytes}:
+            return None
+        plain = cast("Sequence[bytes]", values)  # all bytes: checked above
+        lengths = set(map(len, plain))
+        if min(lengths) < avro.HEADER_BYTES or max(lengths) > self._limits.max_record_bytes:
+            return None  # (an empty or short value: left to the general path too)
+        firsts = set(map(_FIRST, plain))
+        events: list[Any] | None
+        raws: Sequence[bytes | memoryview]
+        schema_id: int | None = None
+        if self._format == "json":
+            if avro.MAGIC in firsts:
+                return None
+            try:
+                events = list(map(orjson.loads, plain))
+            except orjson.JSONDecodeError:
+                return None
+            raws = plain
+        else:
+            ids = set(map(operator.getitem, plain, repeat(_SCHEMA_ID)))
+            if firsts != {avro.MAGIC} or len(ids) != 1:
+                return None
+            schema_id = int.from_bytes(ids.pop(), "big")
+            assert self.schemas is not None
+            known = self.schemas.get(schema_id)
+            if known is None or known.error is not None:
+                return None
+            payloads = [memoryview(v)[_PAYLOAD] for v in plain]
+            parsed, decode = known.parsed, avro.decode
+            try:
+                events = [decode(parsed, payload) for payload in payloads]
+            except RecordError:
+                return None
+            raws = payloads
+        if set(map(type, events)) != {dict}:
+            return None
+        for name in self._clash:
+            if any(map(operator.contains, events, repeat(name))):
+                return None
+        return events, raws, schema_id
 
     def _numeric(self, schema_id: int | None) -> bool:
         """Whether the records of writer schema ``schema_id`` hold every mapped field as a number

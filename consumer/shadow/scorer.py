@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 from consumer.answers.records import AnswerRecords
 from consumer.config import Settings
 from consumer.errors import InferenceError
-from consumer.inference import Scored
+from consumer.inference import BlockRun, Scored
 from consumer.kafka.clients import Clients
 from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner
@@ -215,8 +215,7 @@ class ShadowScorer:
                 are counted here.
         """
         started = self._clock()
-        requests = [r for p in parts for r in p.requests] if len(parts) > 1 else parts[0].requests
-        feeds, rows = self._feeds(requests)
+        feeds, rows = self._feeds(parts)
         serving: Mapping[str, np.ndarray] = parts[0].outputs
         if len(parts) > 1:
             serving = {name: np.concatenate([p.outputs[name] for p in parts]) for name in parts[0].outputs}
@@ -229,28 +228,37 @@ class ShadowScorer:
         seconds = self._clock() - started
         self.metrics.observe(compare(self.plan, serving, outputs, rows), seconds)
         if self.answers is not None:
+            requests = [r for p in parts for r in p.requests]
             self._answer([w for p in parts for w in p.batch], requests, outputs)
 
-    def _feeds(self, requests: Sequence[DecodedRequest]) -> tuple[dict[str, np.ndarray], int]:
-        """The candidate's inputs of ``requests``, assembled as the serving model's were (a view of the decoded
-        block, stacked into this thread's buffers, or padded to the longest row for a sequence model)."""
-        first = requests[0]
-        block, stop = first.block, first.start
-        if block is not None:  # consecutive rows of one decoded block (never reused): a view, no copy
-            for r in requests:
-                if r.block is not block or r.start != stop:
-                    break
-                stop += r.rows
-            else:
-                return {name: block[name][first.start : stop] for name in self._names}, stop - first.start
-        feeds: Mapping[str, np.ndarray]
+    def _feeds(self, parts: Sequence[Scored]) -> tuple[dict[str, np.ndarray], int]:
+        """The candidate's inputs of ``parts``' requests, in order, assembled as the serving model's were.
+
+        Where every part knows its block runs (:attr:`~consumer.inference.Scored.runs`: OIP chunks and events,
+        decoded into blocks that are never reused), no request is looked at: runs that continue each other are
+        joined, one run is a view of its block (no copy), several are concatenated (one copy per input). Otherwise
+        the requests' own inputs are stacked into this thread's buffers (padded to the longest row for a sequence
+        model).
+
+        Returns:
+            (feeds, rows): candidate input name -> ``[rows, ...]`` of the serving model's dtype, and the rows.
+        """
+        runs = block_runs(parts)
+        if runs is not None:
+            if len(runs) == 1:
+                block, start, stop = runs[0]
+                return {name: block[name][start:stop] for name in self._names}, stop - start
+            feeds = {name: np.concatenate([b[name][start:stop] for b, start, stop in runs]) for name in self._names}
+            return feeds, sum(stop - start for _, start, stop in runs)
+        requests = [r for p in parts for r in p.requests]
+        mapping: Mapping[str, np.ndarray]
         if len(requests) == 1:
-            feeds, rows = requests[0].inputs, requests[0].rows
+            mapping, rows = requests[0].inputs, requests[0].rows
         elif self._sequence:
-            feeds, rows, _ = self._buffers.pad([r.inputs for r in requests])
+            mapping, rows, _ = self._buffers.pad([r.inputs for r in requests])
         else:
-            feeds, rows = self._buffers.stack([r.inputs for r in requests])
-        return {name: feeds[name] for name in self._names}, rows
+            mapping, rows = self._buffers.stack([r.inputs for r in requests])
+        return {name: mapping[name] for name in self._names}, rows
 
     def _answer(self, batch: Sequence[Work], requests: Sequence[DecodedRequest], outputs: Mapping[str, Any]) -> None:
         """The candidate's OIP responses, one per request, to ``shadow_results_topic``."""
@@ -265,6 +273,21 @@ class ShadowScorer:
             return
         result = self.records.result
         self.answers.put([result(w.record, w.correlation_id, v) for w, v in zip(batch, values, strict=True)])
+
+
+def block_runs(parts: Sequence[Scored]) -> list[BlockRun] | None:
+    """The parts' rows as runs of consecutive block rows, in order, a run that continues the previous one joined
+    to it; None when a part has no runs (:attr:`~consumer.inference.Scored.runs`)."""
+    out: list[BlockRun] = []
+    for part in parts:
+        if part.runs is None:
+            return None
+        for block, start, stop in part.runs:
+            if out and out[-1][0] is block and out[-1][2] == start:
+                out[-1] = (block, out[-1][1], stop)
+            else:
+                out.append((block, start, stop))
+    return out or None
 
 
 def build_shadow(

@@ -8,62 +8,34 @@ installed."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from consumer.config import Settings
+from tests.integration.conftest import ROOT, results_lines, run_shell_block
+from tests.integration.conftest import shell_blocks as page_blocks
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "rollout.md"
-BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
 #: pydantic keeps fields in model_fields, not as class attributes (hasattr(Settings, name) is False for every field).
 SHADOW = "shadow_model_path" in Settings.model_fields
 
 
 def shell_blocks() -> list[str]:
-    return BLOCK.findall(PAGE.read_text())
+    return page_blocks(PAGE)
 
 
 def run_block(number: int, tmp_path: Path) -> str:
     """Run the page's ``number``-th sh block alone; returns its output (stdout and stderr), asserting exit 0."""
-    script = "set -euo pipefail\n" + shell_blocks()[number]
-    fresh = {"BOOTSTRAP", "A", "B", "KAFKA_BOOTSTRAP_SERVERS", "SCHEMA_REGISTRY_URL"}
-    env = {k: v for k, v in os.environ.items() if k not in fresh}
-    env["KAFKA_LOCAL_STATE"] = str(tmp_path / "state")  # the block's broker, apart from the suite's
     shutil.rmtree("/tmp/rollout", ignore_errors=True)  # the page's own folder: nothing from before
-    proc = subprocess.Popen(
-        ["bash", "-c", script],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # the script and what it left in the background (consumers)
-            os.killpg(proc.pid, signal.SIGKILL)
-        stop = ["scripts/kafka-local", "stop"]
-        subprocess.run(stop, cwd=ROOT, env=env, capture_output=True, timeout=120, check=False)
-    assert proc.returncode == 0, out[-4000:]
-    return out
-
-
-def results_lines(out: str) -> list[dict[str, str]]:
-    lines = [line for line in out.splitlines() if line.startswith("results:")]
-    return [dict(part.split("=", 1) for part in line.split()[1:]) for line in lines]
+    fresh = ("BOOTSTRAP", "A", "B", "KAFKA_BOOTSTRAP_SERVERS", "SCHEMA_REGISTRY_URL")
+    return run_shell_block(shell_blocks()[number], tmp_path, unset=fresh)
 
 
 def accuracy(model: str) -> float:

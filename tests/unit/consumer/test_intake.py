@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
@@ -67,3 +68,25 @@ def test_without_a_rebalance_every_record_is_tracked(digits_signature: ModelSign
     works = decode(digits_signature, tracker, lambda: None)
     assert [(w.tp.partition, w.record.offset) for w in works] == [(0, 7), (1, 10), (1, 11), (1, 12)]
     assert tracker.partition(LOST).pending == 3
+
+
+def test_the_correlation_id_is_the_rules_whatever_the_headers(digits_signature: ModelSignature) -> None:
+    """The intake reads the common header layout (correlation_id first) without the call; every other layout gets
+    correlation_id's rules: the first non-null header, else the request id, else the key, else the coordinates."""
+    value = orjson.dumps({"id": "req", "inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
+                                                    "data": [0.0] * 64}]})  # fmt: skip
+    layouts: list[tuple[list[tuple[str, bytes | None]], bytes | None, bytes]] = [
+        ([("correlation_id", b"first")], None, b"first"),
+        ([("correlation_id", None), ("correlation_id", b"second")], None, b"second"),
+        ([("traceparent", b"t"), ("correlation_id", b"later")], None, b"later"),
+        ([("correlation_id", None)], b"key", b"req"),
+        ([], b"key", b"req"),
+    ]
+    intake = Intake(digits_signature, Limits(), None, Metrics(CollectorRegistry()), lambda: 0.0)
+    recs = []
+    for offset, (headers, key, _) in enumerate(layouts):
+        rec = record("requests", 0, offset, value, key)
+        rec.headers = headers
+        recs.append(rec)
+    works = asyncio.run(intake.decode({KEPT: recs}, OffsetTracker()))
+    assert [w.correlation_id for w in works] == [want for _, _, want in layouts]

@@ -159,3 +159,95 @@ def test_only_plain_numeric_avro_fields_skip_the_type_scan() -> None:
     _huge, errors = MAPPING.tensors([{"amount": 1e300}], numbers=True)  # the range is still checked
     assert errors[0] is not None
     assert errors[0].reason == R.WRONG_TYPE
+
+
+# ------------------------------------------------------------------------------------------------ the uniform chunk
+def general(decoder: EventDecoder) -> EventDecoder:
+    """The same decoder with the uniform chunk's fast path off: record by record, the oracle."""
+    oracle = EventDecoder.__new__(EventDecoder)
+    oracle.__dict__.update(decoder.__dict__)
+    oracle._uniform = lambda values: None  # type: ignore[method-assign]
+    return oracle
+
+
+def same_outcomes(got: list[Any], want: list[Any]) -> None:
+    assert [outcome(o) for o in got] == [outcome(o) for o in want]
+    for a, b in zip(got, want, strict=True):
+        if isinstance(a, RecordError):
+            assert (a.reason, str(a)) == (b.reason, str(b))
+        elif isinstance(a, DecodedRequest):
+            assert a.start == b.start
+            assert a.shape_key == b.shape_key
+            assert {k: v.tobytes() for k, v in a.inputs.items()} == {k: v.tobytes() for k, v in b.inputs.items()}
+            assert a.event is not None
+            assert b.event is not None
+            assert (a.event.fields, bytes(a.event.raw), a.event.schema_id) == (
+                b.event.fields,
+                bytes(b.event.raw),
+                b.event.schema_id,
+            )
+
+
+JSON_GOOD = [orjson.dumps({"amount": 1.5 * i, "merchant": f"m{i}"}) for i in range(6)] + [orjson.dumps({"amount": 4})]
+JSON_ODD = [
+    b"\x00\x00\x00\x00\x07" + orjson.dumps({"amount": 3}),
+    None,
+    b"{not json",
+    b"[1, 2]",
+    orjson.dumps({"amount": "12"}),
+    orjson.dumps({"amount": True}),
+    orjson.dumps({"amount": None}),
+    orjson.dumps({"other": 1}),
+    orjson.dumps({"amount": 1, "score": 0.5}),
+    orjson.dumps({"amount": 1, "pad": "x" * 300}),
+    b"",
+    b"{}",
+]
+
+
+def test_a_uniform_json_chunk_is_decoded_at_once_as_record_by_record() -> None:
+    decoder = EventDecoder("json", MAPPING, Limits(max_record_bytes=200), result_fields=["score"])
+    assert decoder._uniform(JSON_GOOD) is not None
+    out = decoder.decode(JSON_GOOD)
+    same_outcomes(out, general(decoder).decode(JSON_GOOD))
+    assert len({id(o.block) for o in out if isinstance(o, DecodedRequest)}) == 1
+
+
+@pytest.mark.parametrize("odd", JSON_ODD)
+def test_an_unusual_json_record_among_uniform_ones_decodes_as_record_by_record(odd: bytes | None) -> None:
+    decoder = EventDecoder("json", MAPPING, Limits(max_record_bytes=200), result_fields=["score"])
+    values = [*JSON_GOOD[:3], odd, *JSON_GOOD[3:]]
+    same_outcomes(decoder.decode(values), general(decoder).decode(values))
+
+
+async def test_uniform_avro_chunks_decode_as_record_by_record() -> None:
+    registry, clock = FlakyRegistry(), InstantClock()
+    good_id = await registry.add("payments-value", PAYMENT)
+    other = dict(PAYMENT, name="Other", fields=[*PAYMENT["fields"], {"name": "note", "type": "string", "default": ""}])
+    other_id = await registry.add("payments-value", other)
+    schemas = Schemas(registry, MAPPING, SIGNATURE, "scored-value", register=True, unknown_retries=0,
+                      backoff=Backoff(0.1, 1.0), clock=clock, sleep=clock.sleep)  # fmt: skip
+    decoder = EventDecoder("avro", MAPPING, Limits(), schemas, ["score"])
+    payloads = [
+        avro_bytes(PAYMENT, {"id": f"p-{i}", "amount": 0.5 * i, "device": {"age_days": i} if i % 2 else None, "at": i})
+        for i in range(6)
+    ]
+    good = [frame(good_id, p) for p in payloads]
+    odd = [
+        frame(good_id, payloads[1][:-3]),  # truncated
+        frame(good_id, payloads[1] + b"\x00"),  # a byte left over
+        frame(other_id, avro_bytes(other, {"id": "q", "amount": 2.0, "device": None, "at": 0, "note": "n"})),
+        frame(999, payloads[0]),
+        orjson.dumps({"amount": 1}),
+        b"\x00\x00",
+        None,
+    ]
+    await decoder.prepare([*good, *odd])
+    assert decoder._uniform(good) is not None
+    out = decoder.decode(good)
+    same_outcomes(out, general(decoder).decode(good))
+    assert [o.event.schema_id for o in out if isinstance(o, DecodedRequest) and o.event] == [good_id] * 6
+    for value in odd:
+        values = [*good[:2], value, *good[2:]]
+        assert decoder._uniform(values) is None
+        same_outcomes(decoder.decode(values), general(decoder).decode(values))

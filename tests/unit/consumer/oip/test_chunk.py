@@ -11,9 +11,10 @@ import orjson
 import pytest
 
 from consumer.errors import RecordError
-from consumer.oip.chunk import decode_chunk
+from consumer.oip.chunk import _uniform_chunk, decode_chunk
 from consumer.oip.client import encode_request_binary
 from consumer.oip.decode import decode_one
+from consumer.oip.forms import all_json
 from consumer.oip.wire import BINARY_HEADER
 from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
@@ -261,3 +262,115 @@ def test_each_binary_variant_among_valid_neighbours(digits_signature: ModelSigna
     valid = variants[0]
     records = [valid, variants[which], valid]
     check([v for v, _ in records], digits_signature, [h for _, h in records])
+
+
+# ------------------------------------------------------------------------------------------------ the uniform chunk
+def uniform(rng: random.Random, n: int, nested: bool = False) -> list[bytes | None]:
+    """``n`` well-formed one-row digits records as the bench writes them (flat ``data``, or all nested): ids or none,
+    ints or floats, an id now and then (a string, or null)."""
+    out: list[bytes | None] = []
+    for i in range(n):
+        row: list[Any] = [rng.randrange(17) if i % 3 == 0 else rng.random() * 16 for _ in range(64)]
+        data = [row] if nested else row
+        extra: dict[str, Any] = {"id": f"r{i}"} if i % 2 else {}
+        if i % 7 == 3:
+            extra["id"] = None
+        out.append(req(inp("input", [1, 64], "FP32", data), **extra))
+    return out
+
+
+def correlation_headers(n: int) -> list[Any]:
+    return [[("correlation_id", f"c{i}".encode())] for i in range(n)]
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_uniform_chunk_takes_the_fast_path_and_decodes_as_record_by_record(
+    digits_signature: ModelSignature, nested: bool
+) -> None:
+    values = uniform(random.Random(7), 40, nested)
+    headers = correlation_headers(40)
+    fast = _uniform_chunk(values, headers, digits_signature, LIMITS)
+    assert fast is not None
+    assert len({id(r.block) for r in fast}) == 1
+    assert [r.start for r in fast] == list(range(40))
+    for value, hdrs, got in zip(values, headers, fast, strict=True):
+        same(got, decode_one(value, hdrs, digits_signature, LIMITS))
+    check(values, digits_signature, headers)
+
+
+@pytest.mark.parametrize("which", range(len(digits_variants(random.Random(0)))))
+def test_each_digits_variant_among_uniform_neighbours(digits_signature: ModelSignature, which: int) -> None:
+    """One variant (a hostile record, a different declaration, a field the fast path leaves to the general one) in
+    a chunk of uniform records: the fast path, when it answers, and decode_chunk both give the record-by-record
+    outcome for every record."""
+    rng = random.Random(which)
+    values = uniform(rng, 12)
+    values.insert(5, digits_variants(rng)[which])
+    headers = correlation_headers(len(values))
+    fast = _uniform_chunk(values, headers, digits_signature, LIMITS)
+    if fast is not None:
+        for value, hdrs, got in zip(values, headers, fast, strict=True):
+            same(got, decode_one(value, hdrs, digits_signature, LIMITS))
+    check(values, digits_signature, headers)
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        None,
+        b"",
+        req(inp("input", [1, 64], "FP32", [0.5] * 64), id=7),
+        req(inp("input", [1, 64], "FP32", [0.5] * 64), id='say "hi"'),
+        req(inp("input", [1, 64], "FP32", [0.5] * 64), trace={"n": 1}),
+        req({**inp("input", [1, 64], "FP32", [0.5] * 64), "note": "x"}),
+        req(inp("input", [1, 64], "FP32", ["1"] + [0.5] * 63)),
+        req(inp("input", [1, 64], "FP32", [["1"] + [0.5] * 63])),
+        req(inp("input", [1.0, 64], "FP32", [0.5] * 64)),
+        req(inp("input", [1, 64], "FP32", [0.5] * 64), parameters={}),
+        req(inp("input", [1, 64], "FP32", [0.5] * 64), outputs=[{"name": "label"}]),
+        req(inp("other", [1, 64], "FP32", [0.5] * 64)),
+        req(inp("input", [1, 64], "FP64", [0.5] * 64)),
+        req(inp("input", [2, 64], "FP32", [0.5] * 128)),
+        req(inp("input", [1, 64], "FP32", [0.5] * 64), inp("input", [1, 64], "FP32", [0.5] * 64)),
+        req({**inp("input", [1, 64], "FP32", [0.5] * 64), "parameters": {}}),
+        req({"name": "input", "shape": [1, 64], "datatype": "FP32"}),
+        req(inp("input", [1, 64], "FP32", "x")),
+        req(inp("input", [1, 64], ["FP32"], [0.5] * 64)),
+        req(inp("input", [[1], 64], "FP32", [0.5] * 64)),
+        req(inp("input", [1, -64], "FP32", [0.5] * 64)),
+        req(inp("input", [1, 64], "FP32", [0.5] * 63 + [None])),
+        req(inp("input", [1, 64], "FP32", [0.5] * 63 + [False])),
+        orjson.dumps({"inputs": {"name": "input"}}),
+        orjson.dumps([1, 2]),
+        b'{"inputs": [',
+        b"x" * (LIMITS.max_record_bytes + 1),
+    ],
+)
+def test_the_fast_path_leaves_an_unusual_record_to_the_general_one(
+    digits_signature: ModelSignature, odd: bytes | None
+) -> None:
+    values = uniform(random.Random(1), 8)
+    values.insert(3, odd)
+    headers = correlation_headers(len(values))
+    assert _uniform_chunk(values, headers, digits_signature, LIMITS) is None
+    check(values, digits_signature, headers)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [(BINARY_HEADER, b"12"), ("content-type", b"application/x-protobuf"), ("seldon-infer-type", b"x"), ("X" * 12, b"")],
+)
+def test_a_header_classify_reads_sends_the_chunk_to_the_general_path(
+    digits_signature: ModelSignature, header: tuple[str, bytes]
+) -> None:
+    values = uniform(random.Random(2), 6)
+    headers = correlation_headers(6)
+    headers[4] = [*headers[4], header]
+    assert not all_json(headers)
+    assert _uniform_chunk(values, headers, digits_signature, LIMITS) is None
+    check(values, digits_signature, headers)
+
+
+def test_all_json_reads_only_names() -> None:
+    assert all_json([[("correlation_id", b"x")], [], [("traceparent", None)]])
+    assert not all_json([[], [(BINARY_HEADER.upper(), b"1")]])
