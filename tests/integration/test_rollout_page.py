@@ -45,13 +45,19 @@ def accuracy(model: str) -> float:
 
 def test_the_pages_blocks_are_what_this_test_runs() -> None:
     blocks = shell_blocks()
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     assert "--variant int8-dynamic" in blocks[0]
     assert "--candidate /tmp/rollout/digits-v2/digits.onnx" in blocks[0]
     assert "--request-format json" in blocks[1]
     assert "--variant $variant" in blocks[1]
-    assert "--shadow-model-path" in blocks[2]
-    assert "--shadow-results-topic" in blocks[2]
+    assert "--tokenizer-path $T/tokenizer.json --topic texts" in blocks[2]
+    assert "--shadow-model-path" in blocks[3]
+    assert "--shadow-results-topic" in blocks[3]
+    # the MiniLM block (bash: not run, it needs the real export) runs the text block's commands on MiniLM
+    (minilm,) = [b for b in re.findall(r"^```bash\n(.*?)^```", PAGE.read_text(), re.S | re.M) if "minilm" in b]
+    for command in ("streaminfer-model set", "--tokenizer-path", "streaminfer-model gate", "--variant $variant"):
+        assert command in minilm, command
+        assert command in blocks[2], command
     for setting in ("shadow_model_path", "shadow_validation_record", "shadow_results_topic", "shadow_max_pending"):
         assert f"`{setting}`" in PAGE.read_text(), setting  # the agreed names (the bulletin's)
 
@@ -86,9 +92,23 @@ def test_the_breast_cancer_path_sets_from_an_events_topic(tmp_path: Path) -> Non
     assert record["model"]["version"] == "2"
 
 
+def test_the_text_path_gates_fp16_and_int8_by_cosine(tmp_path: Path) -> None:
+    out = run_block(2, tmp_path)
+    assert "streaminfer-model set: 200 records (200 rows, 0 labelled)" in out  # from the topic, tokenized
+    for variant in ("fp16", "int8-dynamic", "int8-static"):
+        assert f"gate: PASS: /tmp/rollout/text/text.{variant}.onnx" in out, variant
+        report = json.loads(Path(f"/tmp/rollout/text/{variant}.report.json").read_text())
+        assert report["embeddings"] == ["embedding"]
+        cosine = {c["name"]: c for c in report["checks"] if c["name"].startswith("embedding: ")}
+        assert cosine["embedding: p1 cosine"]["threshold"] == ">= 0.98"
+        assert cosine["embedding: mean cosine"]["passed"] is True
+        assert 0.99 < report["outputs"]["embedding"]["min_cosine"] < 1.0 + 1e-9
+    assert "embedding: p1 cosine" in out  # the table shows it
+
+
 @pytest.mark.skipif(not SHADOW, reason="shadow scoring is not on this branch yet: no shadow_model_path setting")
 def test_the_shadow_block_serves_as_without_shadow_and_writes_the_candidates_answers(tmp_path: Path) -> None:
-    out = run_block(2, tmp_path)
+    out = run_block(3, tmp_path)
     served, shadowed = results_lines(out)
     assert served["sent"] == served["results"] == "360", served  # the served answers, as without shadow
     assert served["accuracy"] == f"{accuracy('digits'):.4f}", served
