@@ -112,6 +112,28 @@ def write_test_overlay(folder: Path, ns: str, bootstrap: str, topics: dict[str, 
     return folder
 
 
+def make_topics(bootstrap: str) -> dict[str, str]:
+    """New requests (4 partitions), results (4) and dead-letter (1) topics, the answers' with ``LogAppendTime`` (the
+    gaps of :mod:`tests.cluster.load` are measured in append times); their names by role."""
+    tag = uuid.uuid4().hex[:8]
+    topics = {"requests": f"k8s-{tag}.requests", "results": f"k8s-{tag}.results", "dlq": f"k8s-{tag}.dlq"}
+    append = {"message.timestamp.type": "LogAppendTime"}
+    asyncio.run(
+        ensure_topics(
+            bootstrap,
+            {topics["requests"]: 4, topics["results"]: 4, topics["dlq"]: 1},
+            configs={topics["results"]: append, topics["dlq"]: append},
+        )
+    )
+    return topics
+
+
+def make_secrets(kubectl: Kubectl, ns: str) -> None:
+    """The two Secrets the pod mounts (Strimzi's KafkaUser password, the cluster CA), with placeholder contents."""
+    for secret, key in (("streaminfer", "password"), ("my-cluster-cluster-ca-cert", "ca.crt")):
+        kubectl("create", "secret", "generic", secret, "-n", ns, f"--from-literal={key}=placeholder")
+
+
 def _pod_status(kubectl: Kubectl, ns: str) -> list[dict[str, Any]]:
     out = kubectl("get", "pods", "-n", ns, "-l", "app.kubernetes.io/component=consumer", "-o", "json").stdout
     return list(json.loads(out)["items"])
@@ -152,18 +174,8 @@ def deploy(whole_cluster: Kubectl, namespace: Callable[[str], str], kafka_bootst
 
     def make(**settings: str) -> dict[str, Any]:
         ns = namespace("pod")
-        tag = uuid.uuid4().hex[:8]
-        topics = {"requests": f"k8s-{tag}.requests", "results": f"k8s-{tag}.results", "dlq": f"k8s-{tag}.dlq"}
-        append = {"message.timestamp.type": "LogAppendTime"}
-        asyncio.run(
-            ensure_topics(
-                kafka_bootstrap,
-                {topics["requests"]: 4, topics["results"]: 4, topics["dlq"]: 1},
-                configs={topics["results"]: append, topics["dlq"]: append},
-            )
-        )
-        for secret, key in (("streaminfer", "password"), ("my-cluster-cluster-ca-cert", "ca.crt")):
-            kubectl("create", "secret", "generic", secret, "-n", ns, f"--from-literal={key}=placeholder")
+        topics = make_topics(kafka_bootstrap)
+        make_secrets(kubectl, ns)
         folder = write_test_overlay(tmp_path / ns, ns, kafka_bootstrap, topics, **settings)
         t0 = time.monotonic()
         kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(render(folder, kubectl)))
