@@ -99,7 +99,8 @@ def decode_chunk(
         :class:`~consumer.errors.RecordError` per record, in order.
     """
     if images is None and text is None and signature.sequence is None and len(signature.inputs) == 1:
-        uniform = _uniform_chunk(values, headers, signature, limits)
+        bodies: list[Any] = []
+        uniform = _uniform_chunk(values, headers, signature, limits, bodies)
         if uniform is not None:
             return uniform  # type: ignore[return-value]  # a list is invariant; every element is a request
     forms = [classify(h) for h in headers]
@@ -116,6 +117,11 @@ def decode_chunk(
     binaries: dict[_StackKey, list[_Binary]] = {}
     max_bytes = limits.max_record_bytes
     parse_plain = _parse_plain_one if len(signature.inputs) == 1 else _parse_plain
+    if images is None and len(signature.inputs) == 1 and bodies:  # parsed already (the uniform chunk's try)
+
+        def parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_StackKey, _Parsed] | None:
+            return _plain_one(index, bodies[index], signature)
+
     for i, (value, form) in enumerate(zip(values, forms, strict=True)):
         found: tuple[_StackKey, Any] | None = None
         if not value or len(value) > max_bytes:
@@ -193,8 +199,16 @@ def _parse_plain_one(index: int, value: bytes, signature: ModelSignature) -> tup
     :func:`_request_fields`, as :func:`_envelope`'s."""
     try:
         body = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    return _plain_one(index, body, signature)
+
+
+def _plain_one(index: int, body: Any, signature: ModelSignature) -> tuple[_StackKey, _Parsed] | None:
+    """:func:`_parse_plain_one` of a value already parsed (``body``: ``orjson.loads`` of it)."""
+    try:
         raw_inputs = body["inputs"]
-    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+    except (KeyError, TypeError, IndexError):
         return None
     if type(body) is not dict or type(raw_inputs) is not list or len(raw_inputs) != 1:
         return None
@@ -333,7 +347,11 @@ def _stack_requests(
 
 
 def _uniform_chunk(
-    values: Sequence[bytes | None], headers: Sequence[Headers], signature: ModelSignature, limits: Limits
+    values: Sequence[bytes | None],
+    headers: Sequence[Headers],
+    signature: ModelSignature,
+    limits: Limits,
+    parsed: list[Any] | None = None,
 ) -> list[DecodedRequest] | None:
     """The common chunk of a one-input model at once: every record plain JSON (no header that
     :func:`~consumer.oip.forms.classify` reads), within ``max_record_bytes``, no ``true``/``false`` in its bytes, an
@@ -342,6 +360,10 @@ def _uniform_chunk(
     ``parameters``). Every such record is one :func:`_parse_plain_one` would take, and the stack is checked by the
     same :func:`_decode_stack`, so the outcome is the record-by-record one; but each check runs over the chunk's
     column (``map`` and ``set``, no Python code per record).
+
+    Args:
+        parsed: once every value parsed as JSON, their ``orjson.loads`` are appended here (the general path then
+            does not parse them again).
 
     Returns:
         One request per record (rows of one ``block`` ``[records x rows, ...]`` of the model's dtype); None when a
@@ -361,6 +383,8 @@ def _uniform_chunk(
         bodies = list(map(orjson.loads, plain))
     except orjson.JSONDecodeError:
         return None
+    if parsed is not None:  # for the general path, should this chunk end there
+        parsed.extend(bodies)
     if set(map(type, bodies)) != {dict}:
         return None
     for keys in set(map(tuple, bodies)):
