@@ -236,6 +236,16 @@ class Settings(BaseSettings):
         "is shed whole "
         "(streaminfer_shadow_shed_batches_total) rather than slow the consumer, batches.",
     )
+    shadow_max_busy_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Share of the time the candidate's thread may spend scoring: after a run of t seconds of its "
+        "CPU it rests "
+        "t * (1 / share - 1) seconds while offered micro-batches wait (or are shed beyond shadow_max_pending), so a "
+        "slow candidate takes at most this share of a core; 1: no rest.",
+    )
     tokenizer_path: Path | None = Field(
         None, description="tokenizer.json of a sequence model: text requests (BYTES input) are tokenized with it."
     )

@@ -42,6 +42,10 @@ from consumer.work import DecodedRequest, Work, loggable
 
 log = logging.getLogger(__name__)
 
+#: Consecutive rows of one decoded block: (the block, input name -> ``[chunk rows, ...]``; first row; row after
+#: the last).
+BlockRun = tuple[Mapping[str, np.ndarray], int, int]
+
 #: A model whose largest batch computes in less than this at warmup (seconds) runs on the event loop: handing such
 #: a batch to the inference thread and back costs more than the run itself, since the thread must take the GIL
 #: back from a busy loop twice per batch (up to the interpreter's 5 ms switch interval each time).
@@ -63,12 +67,16 @@ class Scored:
         requests: their requests, in the same order.
         outputs: the serving model's outputs, name -> ``[sum of the requests' rows, ...]``.
         length: sequence models: the padded length, tokens (0 otherwise).
+        runs: the requests' rows as runs of consecutive rows of their decoded blocks (never reused, so a shadow
+            model may read them later), in order: (block, first row, row after the last); None when a request has
+            no block, or for a sequence model (its feeds are padded).
     """
 
     batch: Sequence[Work]
     requests: Sequence[DecodedRequest]
     outputs: Mapping[str, np.ndarray]
     length: int
+    runs: Sequence[BlockRun] | None = None
 
 
 class BatchRunner:
@@ -171,7 +179,7 @@ class BatchRunner:
     async def _run(self, batch: Sequence[Work], buffers: BatchBuffers, scored: list[Scored] | None) -> None:
         requests = [w.request for w in batch if w.request is not None]
         started = self._clock()
-        feeds, rows, length = self._assemble(requests, buffers)
+        feeds, rows, length, runs = self._assemble(requests, buffers)
         ran = self._clock()
         self._stage_seconds["assemble"].inc(ran - started)
         attempt = 0
@@ -214,37 +222,42 @@ class BatchRunner:
         self._answers.shape(batch, requests, outputs, length)
         self._stage_seconds["encode"].inc(self._clock() - done)
         if scored is not None:
-            scored.append(Scored(batch, requests, outputs, length))
+            scored.append(Scored(batch, requests, outputs, length, runs))
 
-    def _assemble(self, requests: Sequence[DecodedRequest], buffers: BatchBuffers) -> tuple[dict[str, Any], int, int]:
-        """Feeds for ONNX Runtime and (rows, padded length in tokens or 0)."""
+    def _assemble(
+        self, requests: Sequence[DecodedRequest], buffers: BatchBuffers
+    ) -> tuple[dict[str, Any], int, int, list[BlockRun] | None]:
+        """Feeds for ONNX Runtime, rows, the padded length in tokens (or 0), and the requests' block runs
+        (:attr:`Scored.runs`)."""
         if self._sequence is None:
             if len(requests) == 1:
-                return dict(requests[0].inputs), requests[0].rows, 0
+                one = requests[0]
+                single = [(one.block, one.start, one.start + one.rows)] if one.block is not None else None
+                return dict(one.inputs), one.rows, 0, single
             runs = _block_runs(requests)
             if runs is not None and len(runs) == 1:  # consecutive rows of one block: a view, no copy
                 block, start, stop = runs[0]
-                return {name: arr[start:stop] for name, arr in block.items()}, stop - start, 0
+                return {name: arr[start:stop] for name, arr in block.items()}, stop - start, 0, runs
             if runs is not None:  # runs of a few blocks (a micro-batch across fetched chunks): a copy per run
                 feeds, rows = buffers.stack(
                     [{n: a[start:stop] for n, a in block.items()} for block, start, stop in runs]
                 )
-                return feeds, rows, 0
+                return feeds, rows, 0, runs
             feeds, rows = buffers.stack([r.inputs for r in requests])
-            return feeds, rows, 0
+            return feeds, rows, 0, None
         if len(requests) == 1:
             feeds, rows, length = dict(requests[0].inputs), requests[0].rows, requests[0].length
         else:
             feeds, rows, length = buffers.pad([r.inputs for r in requests])
         real = sum(r.rows * r.length for r in requests)
         self._metrics.batch_padding_ratio.observe(rows * length / max(1, real))
-        return feeds, rows, length
+        return feeds, rows, length, None
 
 
-def _block_runs(requests: Sequence[DecodedRequest]) -> list[tuple[Mapping[str, np.ndarray], int, int]] | None:
+def _block_runs(requests: Sequence[DecodedRequest]) -> list[BlockRun] | None:
     """The batch's rows as runs of consecutive rows of their decoded blocks: (block, first row, row after the last),
     in order; None when a request has no block."""
-    runs: list[tuple[Mapping[str, np.ndarray], int, int]] = []
+    runs: list[BlockRun] = []
     block: Mapping[str, np.ndarray] | None = None
     start = stop = 0
     for request in requests:

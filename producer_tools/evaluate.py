@@ -11,18 +11,20 @@ from __future__ import annotations
 import datetime as dt
 import platform
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from consumer.errors import ModelError
+from consumer.inference import CPU_BATCH_TOKENS
 from consumer.model.record import RECORD_FORMAT, file_sha256
 from consumer.model.runner import OnnxRunner, describe
+from consumer.model.sequence import CPU_BUCKETS, length_buckets
 from consumer.model.session import SessionOptions, import_onnxruntime
-from producer_tools.modelset import ComparisonSet, batches
+from producer_tools.modelset import ComparisonSet, Padding, batches
 
 #: Percentiles of every input's values written into a record.
 PERCENTILES = (1, 5, 50, 95, 99)
@@ -51,36 +53,76 @@ class SetOutputs:
 
     batches: list[dict[str, np.ndarray]]
     members: list[list[int]]
+    record_rows: list[int] = field(default_factory=list)
 
     def joined(self, name: str) -> np.ndarray | None:
-        """Output ``name`` over the whole set ``[rows, ...]``; None where batches differ in trailing shape."""
+        """Output ``name`` over the whole set ``[rows, ...]``, rows in set order (a sequence model's batches group
+        records by length bucket); None where batches differ in trailing shape.
+
+        ``record_rows`` (rows of each set record) places each batch's rows; empty: the batches are taken to be in
+        set order already."""
         parts = [b[name] for b in self.batches if name in b]
         if not parts or len({p.shape[1:] for p in parts}) != 1 or any(p.ndim == 0 for p in parts):
             return None
-        return np.concatenate(parts)
+        joined = np.concatenate(parts)
+        if not self.record_rows or len(parts) != len(self.members):
+            return joined
+        starts = np.concatenate([[0], np.cumsum(self.record_rows)])
+        order = np.concatenate(
+            [np.arange(starts[i], starts[i + 1]) for idx in self.members for i in idx] or [np.zeros(0, np.int64)]
+        )
+        if order.size != joined.shape[0]:
+            return joined
+        out = np.empty_like(joined)
+        out[order] = joined
+        return out
 
 
-def run_set(runner: OnnxRunner, comparison: ComparisonSet, batch_size: int) -> SetOutputs:
+def padding_of(runner: OnnxRunner) -> Padding | None:
+    """How the consumer batches a sequence model's records on CPU (length buckets :data:`consumer.model.sequence.
+    CPU_BUCKETS`, at most :data:`consumer.inference.CPU_BATCH_TOKENS` padded tokens a batch, padded to the longest),
+    which the set's batches copy (:func:`producer_tools.modelset.batches`); None for other models, and for a
+    sequence model that padding would change (``padding_safe`` False: the consumer batches it by exact length, and
+    so does the set).
+    """
+    spec = runner.signature.sequence
+    if spec is None or not spec.padding_safe:
+        return None
+    return Padding(spec.pad_values, length_buckets(spec.max_length, CPU_BUCKETS), CPU_BATCH_TOKENS)
+
+
+def run_set(
+    runner: OnnxRunner, comparison: ComparisonSet, batch_size: int, padding: Padding | Literal["own"] | None = "own"
+) -> SetOutputs:
     """Every batch of the set through ``runner``; whole outputs (no batch axis) are left out.
+
+    Args:
+        padding: how a sequence model's records are batched (:func:`producer_tools.modelset.batches`); ``"own"``:
+            the runner's own (:func:`padding_of`). The gate gives both models the serving model's, so they run the
+            same batches.
 
     Raises:
         consumer.errors.InferenceError: a batch failed.
     """
     whole = runner.signature.whole_outputs
     out, members = [], []
-    for feeds, idx in batches(comparison, batch_size):
+    pads = padding_of(runner) if padding == "own" else padding
+    for feeds, idx in batches(comparison, batch_size, pads):
         rows = sum(comparison.records[i].rows for i in idx)
         result = runner.run(feeds, rows)
         out.append({n: np.asarray(a) for n, a in result.items() if n not in whole})
         members.append(idx)
-    return SetOutputs(out, members)
+    return SetOutputs(out, members, [r.rows for r in comparison.records])
 
 
-def predictions(outputs: SetOutputs, label_output: str | None = None) -> tuple[str, np.ndarray] | None:
+def predictions(
+    outputs: SetOutputs, label_output: str | None = None, skip: Collection[str] = ()
+) -> tuple[str, np.ndarray] | None:
     """(output name, int64 ``[rows]``) of the model's top-1 class: ``label_output`` if given; else an integer
     output of shape ``[rows]`` (a classifier's label); else argmax over axis 1 of the first float ``[rows, classes]``
-    output; None when the model has neither (a regressor, an embedding)."""
-    names = list(outputs.batches[0]) if outputs.batches else []
+    output not in ``skip`` (the embedding outputs: a vector is not class scores); None when the model has neither
+    (a regressor, an embedding)."""
+    names = [n for n in outputs.batches[0] if n not in skip] if outputs.batches else []
     if label_output is not None:
         names = [label_output]
     for name in names:
@@ -94,9 +136,12 @@ def predictions(outputs: SetOutputs, label_output: str | None = None) -> tuple[s
     return None
 
 
-def accuracy(outputs: SetOutputs, comparison: ComparisonSet, label_output: str | None = None) -> dict[str, Any]:
-    """Top-1 accuracy against the set's labels (rows of labelled records only); {} without labels or classes."""
-    found = predictions(outputs, label_output)
+def accuracy(
+    outputs: SetOutputs, comparison: ComparisonSet, label_output: str | None = None, skip: Collection[str] = ()
+) -> dict[str, Any]:
+    """Top-1 accuracy against the set's labels (rows of labelled records only); {} without labels or classes
+    (``skip``: as :func:`predictions`)."""
+    found = predictions(outputs, label_output, skip)
     labels = comparison.labels()
     known = labels >= 0
     if found is None or not known.any():
@@ -117,19 +162,21 @@ def timings(
     min_runs: int = 20,
     max_seconds: float = 3.0,
     clock: Callable[[], float] = time.perf_counter,
+    padding: Padding | Literal["own"] | None = "own",
 ) -> list[dict[str, Any]]:
     """Latency and throughput per batch size: one untimed pass over the set's batches, then passes until
     ``min_runs`` runs are timed (at least one whole pass, at most ``max_seconds`` after that).
 
     Returns:
         per batch size: ``{"batch_size", "runs", "rows", "p50_ms", "p99_ms", "rows_per_s"}`` (rows_per_s: rows
-        over the summed run times, so the loop's own cost is not in it).
+        over the summed run times, so the loop's own cost is not in it); ``padding`` as :func:`run_set`'s.
     """
     rows_total = comparison.rows
     rows_of = [r.rows for r in comparison.records]
+    pads = padding_of(runner) if padding == "own" else padding
     out = []
     for size in sorted({min(b, rows_total) for b in batch_sizes}):
-        plan = [(feeds, sum(rows_of[i] for i in idx)) for feeds, idx in batches(comparison, size)]
+        plan = [(feeds, sum(rows_of[i] for i in idx)) for feeds, idx in batches(comparison, size, pads)]
         for feeds, rows in plan:  # warm-up: arenas and kernels sized for these shapes
             runner.run(feeds, rows)
         samples: list[float] = []

@@ -3,9 +3,14 @@
 Both models run in the consumer's runner on the set's batches at one batch size (:func:`producer_tools.evaluate.
 run_set`); then, per float output, the absolute difference ``|c - s|`` and the relative one ``|c - s| / max(|s|,
 1e-6)`` (max and mean over every value), and for an output of more than one value per row the cosine similarity of
-each row's vectors (min and mean over the rows: an embedding such as MiniLM's); the top-1 agreement of the two
-models' classes (:func:`producer_tools.evaluate.predictions`); the accuracy of each against the set's labels and its
-change; and rows/s and p99 per batch size of both (:func:`producer_tools.evaluate.timings`).
+each row's vectors (min, mean and the :data:`COSINE_PERCENTILE`-th percentile over the rows); the top-1 agreement of
+the two models' classes (:func:`producer_tools.evaluate.predictions`); the accuracy of each against the set's labels
+and its change; and rows/s and p99 per batch size of both (:func:`producer_tools.evaluate.timings`).
+
+An *embedding* output (:func:`embedding_outputs`: named with ``--embedding-output``, else every float output of shape
+``[batch, dim]``, dim > 1, whose name contains ``embed``, such as MiniLM's ``embedding``) is a vector, not class
+scores: it is judged by cosine (mean, and the low percentile, ``min_p1_cosine``) beside its absolute difference, and
+never read as a class (no top-1 agreement on the argmax of an embedding).
 
 Thresholds (:class:`Thresholds`, ``streaminfer-model gate`` flags) decide pass or fail; one left unset is reported and
 not judged.
@@ -20,11 +25,13 @@ from typing import Any
 import numpy as np
 
 from consumer.model.runner import OnnxRunner
-from producer_tools.evaluate import SetOutputs, accuracy, predictions, run_set, timings
+from producer_tools.evaluate import SetOutputs, accuracy, padding_of, predictions, run_set, timings
 from producer_tools.modelset import ComparisonSet
 
 #: Denominator floor of the relative difference: values of the serving model nearer 0 than this count as this.
 REL_FLOOR = 1e-6
+#: The low percentile of the per-row cosine similarity reported (``p1 cosine``), percent.
+COSINE_PERCENTILE = 1
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,9 @@ class Thresholds:
             row (default 0.99).
         min_row_cosine: the worst row's cosine similarity, likewise (default: not judged; an INT8 classifier's
             probabilities reach 0.98 on a row whose classes are near a tie, with top-1 agreement still 1).
+        min_p1_cosine: the :data:`COSINE_PERCENTILE`-th percentile of the rows' cosine similarity, per embedding
+            output (default 0.98; reported, not judged, for other outputs). On the real MiniLM export over 300
+            texts of the bench corpus (docs/rollout.md): FP16 0.999999, INT8 dynamic 0.919, INT8 static 0.034.
         max_abs_diff: the largest absolute difference of any float output value (default: not judged).
         max_mean_abs_diff: the mean absolute difference per float output (default: not judged).
         max_p99_ratio: candidate p99 over serving p99, at every batch size timed (default: not judged).
@@ -47,6 +57,7 @@ class Thresholds:
     max_accuracy_drop: float | None = 0.01
     min_cosine: float | None = 0.99
     min_row_cosine: float | None = None
+    min_p1_cosine: float | None = 0.98
     max_abs_diff: float | None = None
     max_mean_abs_diff: float | None = None
     max_p99_ratio: float | None = None
@@ -71,6 +82,7 @@ class GateReport:
     accuracy: dict[str, Any] = field(default_factory=dict)
     performance: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     differences: dict[str, np.ndarray] = field(default_factory=dict)
+    embeddings: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -88,14 +100,16 @@ class GateReport:
             "passed": self.passed,
             "checks": [c.__dict__ for c in self.checks],
             "outputs": self.outputs,
+            "embeddings": self.embeddings,
             "accuracy": self.accuracy,
             "performance": self.performance,
         }
 
 
 def compare_outputs(serving: SetOutputs, candidate: SetOutputs) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
-    """Per float output present in both: max/mean abs and rel difference, and (more than one value per row) min/mean
-    cosine similarity; with the absolute differences per value (for a plot).
+    """Per float output present in both: max/mean abs and rel difference, and (more than one value per row) the
+    min, mean and :data:`COSINE_PERCENTILE`-th percentile (``p1_cosine``) over rows of the cosine similarity of each
+    row's values (flattened, float64); with the absolute differences per value (for a plot).
 
     Raises:
         ValueError: the two runs' batches or an output's shapes differ (not the same set or not the same model
@@ -133,9 +147,34 @@ def compare_outputs(serving: SetOutputs, candidate: SetOutputs) -> tuple[dict[st
             cos = np.concatenate(cos_parts)
             entry["min_cosine"] = float(cos.min())
             entry["mean_cosine"] = float(cos.mean())
+            entry["p1_cosine"] = float(np.percentile(cos, COSINE_PERCENTILE))
         stats[name] = entry
         diffs[name] = a
     return stats, diffs
+
+
+def embedding_outputs(outputs: SetOutputs, named: Sequence[str] | None = None) -> list[str]:
+    """The outputs judged as embeddings: ``named`` where given (each must be a float output of more than one value
+    per row), else every float output ``[rows, dim]`` (dim > 1) whose name contains ``embed`` (case-insensitive).
+
+    Raises:
+        ValueError: a named output is not in the outputs, or not such a float vector.
+    """
+    first = outputs.batches[0] if outputs.batches else {}
+    if named:
+        for name in named:
+            arr = first.get(name)
+            if arr is None or arr.dtype.kind != "f" or arr.ndim < 2 or arr[0].size < 2:
+                raise ValueError(
+                    f"--embedding-output {name!r}: not a float output of more than one value per row "
+                    f"(outputs: {', '.join(first) or 'none'})"
+                )
+        return list(named)
+    return [
+        name
+        for name, arr in first.items()
+        if arr.dtype.kind == "f" and arr.ndim == 2 and arr.shape[1] > 1 and "embed" in name.lower()
+    ]
 
 
 def gate(
@@ -147,24 +186,33 @@ def gate(
     batch_size: int = 32,
     batch_sizes: Sequence[int] = (1, 32),
     label_output: str | None = None,
+    embeddings: Sequence[str] | None = None,
     min_runs: int = 20,
     max_seconds: float = 2.0,
 ) -> GateReport:
     """Run both models on the set's batches of ``batch_size`` rows, compare and judge.
 
+    Args:
+        embeddings: the embedding outputs (:func:`embedding_outputs`); None: found by shape and name.
+
     Raises:
-        ValueError: the models' outputs cannot be compared (:func:`compare_outputs`).
+        ValueError: the models' outputs cannot be compared (:func:`compare_outputs`), or ``embeddings`` names an
+            output that is not a float vector.
         consumer.errors.InferenceError: a batch failed.
     """
     t = thresholds
-    out_s, out_c = run_set(serving, comparison, batch_size), run_set(candidate, comparison, batch_size)
+    padding = padding_of(serving)  # both models on the serving model's batches (a sequence model's)
+    out_s = run_set(serving, comparison, batch_size, padding)
+    out_c = run_set(candidate, comparison, batch_size, padding)
     report = GateReport()
     report.outputs, report.differences = compare_outputs(out_s, out_c)
-    ps, pc = predictions(out_s, label_output), predictions(out_c, label_output)
+    report.embeddings = embedding_outputs(out_s, embeddings)
+    skip = set(report.embeddings)
+    ps, pc = predictions(out_s, label_output, skip), predictions(out_c, label_output, skip)
     if ps is not None and pc is not None:
         agreement = float(np.mean(ps[1] == pc[1]))
         report.checks.append(_judge("top-1 agreement", agreement, t.min_agreement, at_least=True))
-    acc_s, acc_c = accuracy(out_s, comparison, label_output), accuracy(out_c, comparison, label_output)
+    acc_s, acc_c = accuracy(out_s, comparison, label_output, skip), accuracy(out_c, comparison, label_output, skip)
     if acc_s and acc_c:
         change = acc_c["top1"] - acc_s["top1"]
         report.accuracy = {"serving": acc_s["top1"], "candidate": acc_c["top1"], "change": round(change, 6)}
@@ -180,8 +228,15 @@ def gate(
         if "min_cosine" in entry:
             report.checks.append(_judge(f"{name}: mean cosine", entry["mean_cosine"], t.min_cosine, at_least=True))
             report.checks.append(_judge(f"{name}: min cosine", entry["min_cosine"], t.min_row_cosine, at_least=True))
-    perf_s = timings(serving, comparison, batch_sizes, min_runs=min_runs, max_seconds=max_seconds)
-    perf_c = timings(candidate, comparison, batch_sizes, min_runs=min_runs, max_seconds=max_seconds)
+            low = t.min_p1_cosine if name in skip else None
+            report.checks.append(_judge(f"{name}: p{COSINE_PERCENTILE} cosine", entry["p1_cosine"], low, at_least=True))
+    if padding is not None:
+        # 1: padding a row leaves the candidate's answer as it is (the consumer's load-time probe); 0: the consumer
+        # would batch it by exact length (dynamic INT8 quantises activations per batch, padding included)
+        safe = candidate.signature.sequence is not None and candidate.signature.sequence.padding_safe
+        report.checks.append(Check("padding-safe (candidate)", float(safe)))
+    perf_s = timings(serving, comparison, batch_sizes, min_runs=min_runs, max_seconds=max_seconds, padding=padding)
+    perf_c = timings(candidate, comparison, batch_sizes, min_runs=min_runs, max_seconds=max_seconds, padding=padding)
     report.performance = {"serving": perf_s, "candidate": perf_c}
     for s, c in zip(perf_s, perf_c, strict=True):
         b = s["batch_size"]

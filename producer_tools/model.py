@@ -108,6 +108,15 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-accuracy-drop", type=float, default=0.01, help="accuracy fall allowed (default 0.01)")
     g.add_argument("--min-cosine", type=float, default=0.99, help="mean per-row cosine of vector outputs (0.99)")
     g.add_argument("--min-row-cosine", type=float, help="worst row's cosine of vector outputs (not judged)")
+    g.add_argument(
+        "--min-p1-cosine", type=float, default=0.98, help="1st percentile of the rows' cosine, embeddings (0.98)"
+    )
+    g.add_argument(
+        "--embedding-output",
+        action="append",
+        help="an output judged as an embedding, by cosine (repeatable; default: float [batch, dim] outputs named "
+        "*embed*)",
+    )
     g.add_argument("--max-abs-diff", type=float, help="largest abs difference of a float output (not judged)")
     g.add_argument("--max-mean-abs-diff", type=float, help="mean abs difference per float output (not judged)")
     g.add_argument("--max-p99-ratio", type=float, help="candidate p99 / serving p99 per batch size (not judged)")
@@ -213,26 +222,28 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from producer_tools.evaluate import make_record, open_runner
+    from producer_tools.evaluate import make_record, open_runner, padding_of
     from producer_tools.gate import Thresholds, gate
     from producer_tools.modelset import read_set
     from producer_tools.variants import NotApplicable, build_variant
 
     comparison = read_set(args.set)
+    serving = open_runner(args.model, args.provider)
     candidate_path = args.candidate
     if args.variant is not None:
         candidate_path = args.variant_out or args.model.with_suffix(f".{args.variant}.onnx")
         try:
-            build_variant(args.model, args.variant, candidate_path, comparison)
+            build_variant(args.model, args.variant, candidate_path, comparison, padding_of(serving))
         except NotApplicable as exc:
             print(f"streaminfer-model gate: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    serving, candidate = open_runner(args.model, args.provider), open_runner(candidate_path, args.provider)
+    candidate = open_runner(candidate_path, args.provider)
     thresholds = Thresholds(
         min_agreement=args.min_agreement,
         max_accuracy_drop=args.max_accuracy_drop,
         min_cosine=args.min_cosine,
         min_row_cosine=args.min_row_cosine,
+        min_p1_cosine=args.min_p1_cosine,
         max_abs_diff=args.max_abs_diff,
         max_mean_abs_diff=args.max_mean_abs_diff,
         max_p99_ratio=args.max_p99_ratio,
@@ -245,6 +256,7 @@ def _gate(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         batch_sizes=args.batch_sizes,
         label_output=args.label_output,
+        embeddings=args.embedding_output,
         min_runs=args.min_runs,
         max_seconds=args.max_seconds,
     )

@@ -46,7 +46,7 @@ from consumer.events.registry import Schemas, client_config
 from consumer.intake import Intake
 from consumer.kafka.security import kafka_security_kwargs
 from consumer.model.record import file_sha256
-from consumer.model.sequence import TextEncoder
+from consumer.model.sequence import TextEncoder, bucket
 from consumer.model.vision import ImageEncoder
 from consumer.offsets import OffsetTracker
 from consumer.ops.metrics import Metrics
@@ -154,22 +154,84 @@ def read_set(path: Path) -> ComparisonSet:
     return ComparisonSet(records, header, path)
 
 
-def batches(comparison: ComparisonSet, batch_size: int) -> Iterator[tuple[dict[str, np.ndarray], list[int]]]:
-    """The set's micro-batches: consecutive records of the same non-batch input shapes, up to ``batch_size`` rows
-    (a record of more rows alone), in set order, so every model sees the same batches.
+@dataclass(frozen=True)
+class Padding:
+    """How a sequence model's records are batched, as the consumer batches them (:mod:`consumer.batcher`).
+
+    Attributes:
+        pad_values: input name -> the value padded positions get (:attr:`consumer.signature.SequenceSpec.
+            pad_values`: ``input_ids`` the pad token id, the rest 0, so ``attention_mask`` is 0 on padding).
+        buckets: the length bucket bounds, tokens (:data:`consumer.model.sequence.CPU_BUCKETS` cut to the model's
+            ``max_sequence_length``); empty: one lane for every length.
+        max_tokens: a batch's padded tokens (rows x its bucket) at most, tokens (the consumer's
+            ``max_batch_tokens``: :data:`consumer.inference.CPU_BATCH_TOKENS`); None: rows only.
+    """
+
+    pad_values: Mapping[str, int]
+    buckets: tuple[int, ...] = ()
+    max_tokens: int | None = None
+
+
+def batches(
+    comparison: ComparisonSet, batch_size: int, padding: Padding | None = None
+) -> Iterator[tuple[dict[str, np.ndarray], list[int]]]:
+    """The set's micro-batches, always the same for a given set and arguments, so every model sees the same ones.
+
+    Without ``padding``: consecutive records of the same non-batch input shapes, up to ``batch_size`` rows (a
+    record of more rows alone), in set order. With ``padding`` (a sequence model): records go to the lane of their
+    length bucket, in set order, and a lane is a batch when the next record would take it past ``batch_size`` rows
+    or ``max_tokens`` padded tokens (then the lanes left, in the order of their first record), as the consumer's
+    batcher groups them; each ``[rows_i, L_i]`` input is padded to the batch's longest ``L`` as the consumer pads a
+    micro-batch (:meth:`consumer.model.buffers.BatchBuffers.pad`). :meth:`SetOutputs.joined
+    <producer_tools.evaluate.SetOutputs.joined>` puts the rows back in set order.
 
     Yields:
-        (feeds ``[rows, ...]`` per input, the indices of the records in the batch)
+        (feeds ``[rows, ...]`` per input (fresh arrays), the indices of the records in the batch)
     """
-    group: list[int] = []
-    rows = 0
-    key: tuple[Any, ...] | None = None
     records = comparison.records
 
     def feeds(members: list[int]) -> dict[str, np.ndarray]:
         names = records[members[0]].inputs.keys()
-        return {n: np.concatenate([records[i].inputs[n] for i in members]) for n in names}
+        if padding is None:
+            return {n: np.concatenate([records[i].inputs[n] for i in members]) for n in names}
+        total = sum(records[i].rows for i in members)
+        out: dict[str, np.ndarray] = {}
+        for n in names:
+            parts = [records[i].inputs[n] for i in members]
+            length = max(int(a.shape[1]) for a in parts)
+            arr = np.full((total, length), padding.pad_values.get(n, 0), dtype=parts[0].dtype)
+            start = 0
+            for a in parts:
+                arr[start : start + a.shape[0], : a.shape[1]] = a
+                start += a.shape[0]
+            out[n] = arr
+        return out
 
+    if padding is not None:
+        lanes: dict[int, list[int]] = {}
+        lane_rows: dict[int, int] = {}
+        for i, rec in enumerate(records):
+            length = int(next(iter(rec.inputs.values())).shape[1])
+            bound = bucket(length, padding.buckets) if padding.buckets else 0
+            group = lanes.get(bound)
+            rows = lane_rows.get(bound, 0) + rec.rows
+            over_tokens = padding.max_tokens is not None and rows * max(bound, length) > padding.max_tokens
+            if group and (rows > batch_size or over_tokens):
+                yield feeds(group), group
+                group = None
+            if group is None:
+                lanes[bound] = group = []
+                lane_rows[bound] = 0
+            group.append(i)
+            lane_rows[bound] += rec.rows
+        for group in sorted(lanes.values(), key=lambda g: g[0]):
+            if group:
+                yield feeds(group), group
+        return
+
+    group = []
+    rows = 0
+    key: tuple[Any, ...] | None = None
     for i, rec in enumerate(records):
         shape = tuple((n, a.shape[1:]) for n, a in sorted(rec.inputs.items()))
         if group and (shape != key or rows + rec.rows > batch_size):

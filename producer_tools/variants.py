@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from producer_tools.evaluate import import_onnx
-from producer_tools.modelset import ComparisonSet, batches
+from producer_tools.modelset import ComparisonSet, Padding, batches
 
 VARIANTS = ("fp16", "int8-dynamic", "int8-static")
 #: Rows per calibration batch of ``int8-static``.
@@ -75,15 +75,16 @@ def not_applicable(model: Any, variant: str) -> str | None:
     return f"{variant} does not apply to this graph: {tool} converts none of its operators {', '.join(ops)}"
 
 
-def _set_reader(comparison: ComparisonSet, input_names: set[str]) -> Any:
-    """An ``onnxruntime.quantization.CalibrationDataReader`` over the set's batches (the dtypes the consumer feeds)."""
+def _set_reader(comparison: ComparisonSet, input_names: set[str], padding: Padding | None = None) -> Any:
+    """An ``onnxruntime.quantization.CalibrationDataReader`` over the set's batches (the dtypes the consumer feeds;
+    a sequence model's batched and padded as :func:`producer_tools.modelset.batches` does with ``padding``)."""
     from onnxruntime.quantization import CalibrationDataReader
 
     class SetReader(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:
             self._it: Iterator[dict[str, Any]] = (
                 {n: a for n, a in feeds.items() if n in input_names}
-                for feeds, _ in batches(comparison, CALIBRATION_BATCH_ROWS)
+                for feeds, _ in batches(comparison, CALIBRATION_BATCH_ROWS, padding)
             )
 
         def get_next(self) -> dict[str, Any] | None:
@@ -92,8 +93,15 @@ def _set_reader(comparison: ComparisonSet, input_names: set[str]) -> Any:
     return SetReader()
 
 
-def build_variant(model_path: Path, variant: str, out: Path, comparison: ComparisonSet | None = None) -> Path:
-    """Write ``variant`` of ``model_path`` to ``out``.
+def build_variant(
+    model_path: Path,
+    variant: str,
+    out: Path,
+    comparison: ComparisonSet | None = None,
+    padding: Padding | None = None,
+) -> Path:
+    """Write ``variant`` of ``model_path`` to ``out`` (``int8-static``: calibrated on ``comparison``'s batches,
+    batched with ``padding`` for a sequence model, :func:`producer_tools.evaluate.padding_of`).
 
     Raises:
         NotApplicable: the converter does not apply (:func:`not_applicable`), or it raised (its message kept).
@@ -125,7 +133,7 @@ def build_variant(model_path: Path, variant: str, out: Path, comparison: Compari
             quantize_static(
                 str(model_path),
                 str(out),
-                _set_reader(comparison, {i.name for i in model.graph.input}),
+                _set_reader(comparison, {i.name for i in model.graph.input}, padding),
                 quant_format=QuantFormat.QDQ,
                 activation_type=QuantType.QUInt8,
                 weight_type=QuantType.QInt8,

@@ -165,7 +165,7 @@ class AtLeastOnce:
                 self._ingest(await st.intake.decode(fetched, st.tracker, st.source.idle))
                 if s.flush_when_caught_up and st.source.caught_up(fetched, asked):
                     self.batcher.caught_up()  # nothing more is on the broker: waiting could only add latency
-            st.source.update_lag()
+            st.source.refresh_lag()
             await asyncio.sleep(0)  # the client returns fetched records without yielding: let the others run
 
     def _ingest(self, works: list[Work]) -> None:

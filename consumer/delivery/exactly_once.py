@@ -37,7 +37,7 @@ from consumer import fate
 from consumer.budget import InFlight
 from consumer.delivery.stages import Stages, backoff
 from consumer.delivery.transactions import PartitionTransactions
-from consumer.delivery.writer import Sent
+from consumer.delivery.writer import OpenBatches, Routed, Sent
 from consumer.inference import Scored
 from consumer.kafka.clients import ProducerClient
 from consumer.kafka.source import Fetched
@@ -64,6 +64,9 @@ class _Transaction:
     error: BaseException | None = None
     works: list[Work] = field(default_factory=list)
     sent: list[Sent] = field(default_factory=list)
+    #: Batches not yet full, appended to by the window's next chunks, handed over before the commit: one produce
+    #: request per destination and window rather than one per chunk (nothing is visible before the commit anyway).
+    open: OpenBatches = field(default_factory=OpenBatches)
 
 
 class ExactlyOnce:
@@ -139,7 +142,7 @@ class ExactlyOnce:
         while not self._stop.is_set():
             async with self._window_lock:
                 await self._window()
-            st.source.update_lag()
+            st.source.refresh_lag()
             await asyncio.sleep(0)  # a revoke waiting for the lock takes it here
 
     async def _window(self) -> None:
@@ -159,8 +162,7 @@ class ExactlyOnce:
                     st.writer.ladder.resume(work)
                 self.held.add(works)
                 scored = await self._answer(works)
-                for tp, group in groupby(works, key=lambda w: w.tp):
-                    await self._write(transactions, tp, list(group))
+                await self._write(transactions, works)
                 if scored:  # after the answers are in their transactions; never waits: consumer.shadow.scorer
                     assert st.shadow is not None
                     st.shadow.offer(scored)
@@ -197,16 +199,25 @@ class ExactlyOnce:
             await st.inference.run(batch, self._buffers, scored)
         return scored
 
-    async def _write(
-        self, transactions: dict[TopicPartition, _Transaction], tp: TopicPartition, works: list[Work]
-    ) -> None:
-        """Append a partition's answers (offset order) to its transaction, beginning it with the first ones."""
-        txn = transactions.get(tp)
-        if txn is None:
-            txn = transactions[tp] = await self._begin(tp)
-        txn.works += works
-        if txn.producer is not None and txn.error is None:
-            txn.sent += await self._stages.writer.write(txn.producer, works)
+    async def _write(self, transactions: dict[TopicPartition, _Transaction], works: list[Work]) -> None:
+        """Append a chunk's answers, partition by partition (offset order), to each partition's transaction,
+        beginning it with its first ones. The chunk is routed once (:meth:`AnswerWriter.route`), with the first
+        producer that can write."""
+        writer = self._stages.writer
+        routed: Routed | None = None
+        start = 0
+        for tp, group in groupby(works, key=lambda w: w.tp):
+            part = list(group)
+            end = start + len(part)
+            txn = transactions.get(tp)
+            if txn is None:
+                txn = transactions[tp] = await self._begin(tp)
+            txn.works += part
+            if txn.producer is not None and txn.error is None:
+                if routed is None:
+                    routed = await writer.route(txn.producer, works)
+                txn.sent += await writer.write(txn.producer, part, txn.open, routed.slice(start, end))
+            start = end
 
     async def _begin(self, tp: TopicPartition) -> _Transaction:
         try:
@@ -271,6 +282,8 @@ class ExactlyOnce:
         st = self._stages
         producer = txn.producer
         assert producer is not None
+        if len(txn.open):
+            txn.sent += await st.writer.flush(producer, txn.open)
         if txn.sent:
             await asyncio.wait([sent.future for sent in txn.sent])
         failure: BaseException | None = None

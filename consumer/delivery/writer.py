@@ -51,6 +51,37 @@ class _Open:
     works: list[Work] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class Routed:
+    """:meth:`AnswerWriter.route`'s answers: each one's record and destination (topic, partition), in order, or the
+    error that left them without destinations (no metadata)."""
+
+    answers: list[AnswerRecord]
+    destinations: list[tuple[str, int]]
+    error: BaseException | None = None
+
+    def slice(self, start: int, end: int) -> Routed:
+        """The answers ``start`` to ``end`` (exclusive)."""
+        if self.error is not None:
+            return Routed([], [], self.error)
+        return Routed(self.answers[start:end], self.destinations[start:end])
+
+
+class OpenBatches:
+    """Producer batches kept open across :meth:`AnswerWriter.write` calls (exactly_once: one transaction's, until
+    :meth:`AnswerWriter.flush` before its commit): a partition's answers of a whole window travel in as few, as full
+    batches as fit, so one produce request per destination and window instead of one per fetched chunk."""
+
+    __slots__ = ("batches",)
+
+    def __init__(self) -> None:
+        #: destination (topic, partition) -> its open batch.
+        self.batches: dict[tuple[str, int], _Open] = {}
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
 def failed_future(exc: BaseException) -> asyncio.Future[Any]:
     """A future that already failed with ``exc``."""
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -85,10 +116,35 @@ class AnswerWriter:
         self._wall_clock = wall_clock
         self._waited = 0.0  # of the current write: time the client made us wait, seconds
 
-    async def write(self, producer: ProducerClient, works: Sequence[Work]) -> list[Sent]:
+    async def route(self, producer: ProducerClient, works: Sequence[Work]) -> Routed:
+        """Every answer's record (fitted to the size ladder) and destination, for :meth:`write` (exactly_once routes a
+        fetched chunk once, then writes it partition by partition: on many partitions the partitioner's per-call
+        cost, not its per-key one, would otherwise dominate). Never raises: a failure is kept in the result."""
+        started = self._clock()
+        try:
+            answers = [self._fit(work) for work in works]
+            try:
+                return Routed(answers, await self._destinations(producer, answers))
+            except KafkaError as exc:  # no metadata (broker unreachable)
+                return Routed(answers, [], exc)
+        finally:
+            self._produce_seconds.inc(max(0.0, self._clock() - started))
+
+    async def write(
+        self,
+        producer: ProducerClient,
+        works: Sequence[Work],
+        keep: OpenBatches | None = None,
+        routed: Routed | None = None,
+    ) -> list[Sent]:
         """Append ``works``' answers in order and hand every batch to ``producer``. A ``solo`` answer travels in a
         produce request of its own: it is awaited before the next answer is appended, and if it fails the rest is
         not attempted (returned as one :class:`Sent` whose future failed with :class:`NotSentError`).
+
+        With ``keep``, batches that are not full stay open in it (appended to by the next write with the same
+        ``keep``) until :meth:`flush`; only full ones (and a ``solo`` answer, after every open batch) are handed over.
+        With ``routed`` (:meth:`route` of exactly these ``works``, or a slice of one), the records and destinations are
+        not computed again.
 
         Never raises for a failed write: a batch the client refuses at once gets a failed future.
 
@@ -99,13 +155,18 @@ class AnswerWriter:
         started = self._clock()
         self._waited = 0.0
         try:
-            answers = [self._fit(work) for work in works]
-            try:
-                destinations = await self._destinations(producer, answers)
-            except KafkaError as exc:  # no metadata (broker unreachable): this round is retried
-                return [Sent(None, list(works), failed_future(exc))]
+            if routed is None:
+                answers = [self._fit(work) for work in works]
+                try:
+                    destinations = await self._destinations(producer, answers)
+                except KafkaError as exc:  # no metadata (broker unreachable): this round is retried
+                    return [Sent(None, list(works), failed_future(exc))]
+            elif routed.error is not None:
+                return [Sent(None, list(works), failed_future(routed.error))]
+            else:
+                answers, destinations = routed.answers, routed.destinations
             timestamp_ms = int(self._wall_clock() * 1000)
-            open_batches: dict[tuple[str, int], _Open] = {}
+            open_batches: dict[tuple[str, int], _Open] = {} if keep is None else keep.batches
             for index, (work, (_, key, value, headers), destination) in enumerate(
                 zip(works, answers, destinations, strict=True)
             ):
@@ -133,7 +194,23 @@ class AnswerWriter:
                     slot = open_batches[destination] = _Open(producer.create_batch())
                     slot.builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers)
                 slot.works.append(work)
-            await self._flush(producer, open_batches, sent)
+            if keep is None:
+                await self._flush(producer, open_batches, sent)
+        finally:
+            self._produce_seconds.inc(max(0.0, self._clock() - started - self._waited))
+        return sent
+
+    async def flush(self, producer: ProducerClient, keep: OpenBatches) -> list[Sent]:
+        """Hand every batch still open in ``keep`` to ``producer`` (emptying it); never raises for a failed write.
+
+        Returns:
+            The batches in the order they were handed over.
+        """
+        sent: list[Sent] = []
+        started = self._clock()
+        self._waited = 0.0
+        try:
+            await self._flush(producer, keep.batches, sent)
         finally:
             self._produce_seconds.inc(max(0.0, self._clock() - started - self._waited))
         return sent

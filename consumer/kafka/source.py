@@ -9,7 +9,9 @@
   UTF-8) without saying which record, the partitions are rewound and read one record at a time until the culprit
   raises again; it becomes an :class:`~consumer.work.UndecodableRecord` and the partition skips it.
 - **Lag** (:meth:`Source.update_lag`): per partition, the high watermark of the last fetch minus the first
-  uncommitted offset, exported as ``streaminfer_consumer_lag_records``.
+  uncommitted offset, exported as ``streaminfer_consumer_lag_records``; after each commit, and from the fetch loops
+  at most every :data:`LAG_REFRESH_S` (:meth:`Source.refresh_lag`: a walk over every assigned partition per fetch
+  cost 0.3 ms at 128 partitions).
 - **Rebalances**: :class:`~consumer.kafka.rebalance.RebalanceListener` forwards them to the delivery mode's
   handlers and times each phase (:attr:`Source.rebalance`).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -36,6 +39,9 @@ log = logging.getLogger(__name__)
 
 #: Records read one by one per partition while isolating an undecodable record, at most.
 ISOLATION_STEP_LIMIT = 10_000
+#: Least time between two lag refreshes from the fetch loops (:meth:`Source.refresh_lag`), s: the lag is read by
+#: scrapes and by the stall check (seconds), and a refresh walks every assigned partition.
+LAG_REFRESH_S = 0.1
 
 Fetched = dict[TopicPartition, list[Any]]
 
@@ -95,6 +101,9 @@ class Source:
         self._clock = clock
         self._fetch_seconds = metrics.stage_seconds.labels("fetch")
         self.lag = 0
+        self._throttled = False  # throttle() paused the assignment and has not resumed it since
+        self._lag_refreshed = -math.inf  # clock() of the last update_lag, s
+        self._lag_series: dict[TopicPartition, Any] = {}  # each partition's lag gauge child (labels() is costly)
         #: The group's listener, set by :meth:`start` (a delivery mode adds its figures to a rebalance's line).
         self.rebalance: RebalanceListener | None = None
 
@@ -202,26 +211,42 @@ class Source:
             if unpaused:
                 consumer.pause(*unpaused)
                 self._metrics.paused.set(1)
-        elif consumer.paused():
-            consumer.resume(*consumer.paused())
+            self._throttled = True
+        elif self._throttled:  # no walk over every assigned partition's state per fetch while nothing is paused
+            self._throttled = False
+            if paused := consumer.paused():
+                consumer.resume(*paused)
             self._metrics.paused.set(0)
 
     def update_lag(self) -> None:
         """Refresh the lag of every tracked partition (``lag``: their total, records)."""
+        self._lag_refreshed = self._clock()
         total = 0
+        highwater_of = self.consumer.highwater
+        series = self._lag_series
         for tp, offsets in self._tracker.items():
-            highwater = self.consumer.highwater(tp)
+            highwater = highwater_of(tp)
             position = offsets.unanswered_from
             if highwater is None or position is None:
                 continue
             lag = max(0, highwater - position)
             total += lag
-            self._metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
+            gauge = series.get(tp)
+            if gauge is None:
+                gauge = series[tp] = self._metrics.consumer_lag.labels(tp.topic, str(tp.partition))
+            gauge.set(lag)
         self.lag = total
+
+    def refresh_lag(self) -> None:
+        """:meth:`update_lag` if it last ran :data:`LAG_REFRESH_S` ago or more (the fetch loops call this after every
+        fetch)."""
+        if self._clock() - self._lag_refreshed >= LAG_REFRESH_S:
+            self.update_lag()
 
     def forget_lag(self, tps: set[TopicPartition]) -> None:
         """Remove the lag series of revoked partitions."""
         for tp in tps:
+            self._lag_series.pop(tp, None)
             with contextlib.suppress(KeyError):
                 self._metrics.consumer_lag.remove(tp.topic, str(tp.partition))
 

@@ -6,10 +6,13 @@ answers were handed to the publisher (at_least_once) or written into their trans
 is one counter check and a queue put on the event loop: it never waits, and never touches what is served. When
 ``shadow_max_pending`` batches are offered and not yet scored, the next one is shed whole
 (``streaminfer_shadow_shed_batches_total`` and ``_shed_rows_total``): a candidate slower than the stream gets a
-sample of it instead of slowing the consumer.
+sample of it instead of slowing the consumer. After each run the thread rests (:func:`rest_seconds`) so that it
+scores at most ``shadow_max_busy_share`` of the time: a candidate slower than the stream then takes at most that
+share of a core from the serving path, and sheds the rest.
 
 The thread (``streaminfer-shadow``, neither the serving model's inference thread nor its session) assembles the
-candidate's feeds from the requests (its own buffers: the serving path reuses its own as soon as a batch ran),
+candidate's feeds from the parts' block runs (views of the decoded blocks, or one concatenation), else from the
+requests (its own buffers: the serving path reuses its own as soon as a batch ran),
 runs the candidate (``OnnxRunner.run`` releases the GIL), compares its outputs with the serving model's
 (:mod:`consumer.shadow.compare`) and counts (:mod:`consumer.shadow.metrics`). A candidate that fails on a batch
 is counted (``streaminfer_shadow_failures_total``), never retried, never bisected.
@@ -31,7 +34,7 @@ from prometheus_client import CollectorRegistry
 from consumer.answers.records import AnswerRecords
 from consumer.config import Settings
 from consumer.errors import InferenceError
-from consumer.inference import Scored
+from consumer.inference import BlockRun, Scored
 from consumer.kafka.clients import Clients
 from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner
@@ -51,6 +54,14 @@ log = logging.getLogger(__name__)
 WAKE_SHARE = 0.25
 #: Longest time a queued micro-batch waits for others before the thread scores what is queued, seconds.
 FLUSH_S = 0.05
+
+
+def rest_seconds(busy: float, max_busy_share: float) -> float:
+    """How long the thread rests after scoring for ``busy`` seconds so that it scores at most ``max_busy_share``
+    of the time (``shadow_max_busy_share``, in (0, 1]): ``busy * (1 / share - 1)``, seconds (0 for a share of 1)."""
+    return max(0.0, busy) * (1.0 / max_busy_share - 1.0)
+
+
 #: Longest wait at stop for the batch the candidate is scoring, seconds (the thread is a daemon: a longer one is
 #: left behind, its answers unsent).
 STOP_WAIT_S = 5.0
@@ -64,6 +75,9 @@ class ShadowScorer:
         serving: the serving model's signature (its inputs' dtypes and padding, its outputs).
         registry: where ``streaminfer_shadow_*`` are registered (the service's).
         max_pending: ``shadow_max_pending``: batches offered and not yet scored, at most; one more is shed.
+        max_busy_share: ``shadow_max_busy_share``: the share of the time the thread may score (:func:`rest_seconds`
+            after each run, of the thread's own CPU time: the candidate's one intra-op thread is the calling thread,
+            and the time it waits for the GIL is not counted); 1: no rest.
         clock: monotonic seconds (``streaminfer_shadow_seconds``).
         answers: ``shadow_results_topic``'s producer, or None when the candidate's answers are only compared.
         records: builds the answers' records (key, correlation ID, request timestamp and trace headers).
@@ -76,6 +90,7 @@ class ShadowScorer:
         registry: CollectorRegistry,
         *,
         max_pending: int,
+        max_busy_share: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         answers: ShadowAnswers | None = None,
         records: AnswerRecords | None = None,
@@ -87,6 +102,7 @@ class ShadowScorer:
         self.records = records
         self._encoder = BatchEncoder(candidate.signature)
         self._max_pending = max_pending
+        self._max_busy_share = max_busy_share
         self._wake = max(1, int(max_pending * WAKE_SHARE))
         self._clock = clock
         self._names = [spec.name for spec in candidate.signature.inputs]
@@ -163,7 +179,16 @@ class ShadowScorer:
 
     def _work(self) -> None:
         while parts := self._take(wait=True):
+            started = time.thread_time()  # this thread's CPU: not the time it waited for the GIL
             self._score_counted(parts)
+            self._rest(rest_seconds(time.thread_time() - started, self._max_busy_share))
+
+    def _rest(self, seconds: float) -> None:
+        """Score nothing for ``seconds`` (offers queue meanwhile, and are shed beyond ``max_pending``); stop ends
+        the rest at once."""
+        if seconds > 0:
+            with self._lock:
+                self._ready.wait_for(lambda: self._closing, timeout=seconds)
 
     def _take(self, *, wait: bool) -> list[Scored]:
         """Everything queued (empty when closing, or when nothing is and ``wait`` is False); ``wait``: once the
@@ -215,8 +240,7 @@ class ShadowScorer:
                 are counted here.
         """
         started = self._clock()
-        requests = [r for p in parts for r in p.requests] if len(parts) > 1 else parts[0].requests
-        feeds, rows = self._feeds(requests)
+        feeds, rows = self._feeds(parts)
         serving: Mapping[str, np.ndarray] = parts[0].outputs
         if len(parts) > 1:
             serving = {name: np.concatenate([p.outputs[name] for p in parts]) for name in parts[0].outputs}
@@ -229,28 +253,37 @@ class ShadowScorer:
         seconds = self._clock() - started
         self.metrics.observe(compare(self.plan, serving, outputs, rows), seconds)
         if self.answers is not None:
+            requests = [r for p in parts for r in p.requests]
             self._answer([w for p in parts for w in p.batch], requests, outputs)
 
-    def _feeds(self, requests: Sequence[DecodedRequest]) -> tuple[dict[str, np.ndarray], int]:
-        """The candidate's inputs of ``requests``, assembled as the serving model's were (a view of the decoded
-        block, stacked into this thread's buffers, or padded to the longest row for a sequence model)."""
-        first = requests[0]
-        block, stop = first.block, first.start
-        if block is not None:  # consecutive rows of one decoded block (never reused): a view, no copy
-            for r in requests:
-                if r.block is not block or r.start != stop:
-                    break
-                stop += r.rows
-            else:
-                return {name: block[name][first.start : stop] for name in self._names}, stop - first.start
-        feeds: Mapping[str, np.ndarray]
+    def _feeds(self, parts: Sequence[Scored]) -> tuple[dict[str, np.ndarray], int]:
+        """The candidate's inputs of ``parts``' requests, in order, assembled as the serving model's were.
+
+        Where every part knows its block runs (:attr:`~consumer.inference.Scored.runs`: OIP chunks and events,
+        decoded into blocks that are never reused), no request is looked at: runs that continue each other are
+        joined, one run is a view of its block (no copy), several are concatenated (one copy per input). Otherwise
+        the requests' own inputs are stacked into this thread's buffers (padded to the longest row for a sequence
+        model).
+
+        Returns:
+            (feeds, rows): candidate input name -> ``[rows, ...]`` of the serving model's dtype, and the rows.
+        """
+        runs = block_runs(parts)
+        if runs is not None:
+            if len(runs) == 1:
+                block, start, stop = runs[0]
+                return {name: block[name][start:stop] for name in self._names}, stop - start
+            feeds = {name: np.concatenate([b[name][start:stop] for b, start, stop in runs]) for name in self._names}
+            return feeds, sum(stop - start for _, start, stop in runs)
+        requests = [r for p in parts for r in p.requests]
+        mapping: Mapping[str, np.ndarray]
         if len(requests) == 1:
-            feeds, rows = requests[0].inputs, requests[0].rows
+            mapping, rows = requests[0].inputs, requests[0].rows
         elif self._sequence:
-            feeds, rows, _ = self._buffers.pad([r.inputs for r in requests])
+            mapping, rows, _ = self._buffers.pad([r.inputs for r in requests])
         else:
-            feeds, rows = self._buffers.stack([r.inputs for r in requests])
-        return {name: feeds[name] for name in self._names}, rows
+            mapping, rows = self._buffers.stack([r.inputs for r in requests])
+        return {name: mapping[name] for name in self._names}, rows
 
     def _answer(self, batch: Sequence[Work], requests: Sequence[DecodedRequest], outputs: Mapping[str, Any]) -> None:
         """The candidate's OIP responses, one per request, to ``shadow_results_topic``."""
@@ -267,6 +300,21 @@ class ShadowScorer:
         self.answers.put([result(w.record, w.correlation_id, v) for w, v in zip(batch, values, strict=True)])
 
 
+def block_runs(parts: Sequence[Scored]) -> list[BlockRun] | None:
+    """The parts' rows as runs of consecutive block rows, in order, a run that continues the previous one joined
+    to it; None when a part has no runs (:attr:`~consumer.inference.Scored.runs`)."""
+    out: list[BlockRun] = []
+    for part in parts:
+        if part.runs is None:
+            return None
+        for block, start, stop in part.runs:
+            if out and out[-1][0] is block and out[-1][2] == start:
+                out[-1] = (block, out[-1][1], stop)
+            else:
+                out.append((block, start, stop))
+    return out or None
+
+
 def build_shadow(
     settings: Settings,
     candidate: OnnxRunner,
@@ -277,7 +325,14 @@ def build_shadow(
 ) -> ShadowScorer:
     """The scorer of the settings (``shadow_max_pending``; ``shadow_results_topic``'s producer when it is set)."""
     s = settings
-    scorer = ShadowScorer(candidate, serving, registry, max_pending=s.shadow_max_pending, clock=clock)
+    scorer = ShadowScorer(
+        candidate,
+        serving,
+        registry,
+        max_pending=s.shadow_max_pending,
+        max_busy_share=s.shadow_max_busy_share,
+        clock=clock,
+    )
     if s.shadow_results_topic is not None:
         scorer.answers = ShadowAnswers(
             clients,

@@ -110,8 +110,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--only-shadow",
         action="store_true",
-        help="only the shadow row: digits rounds of streaminfer with and without a shadow of the same model "
-        "(--round-records each); every other key nan",
+        help="only the shadow rows: digits rounds of streaminfer without a shadow, with a shadow of the same model "
+        "and with a slow one (--round-records each); every other key nan",
     )
     p.add_argument("--quick", action="store_true", help="small sizes and a short sweep (tests)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

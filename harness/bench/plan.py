@@ -50,6 +50,7 @@ from harness.bench.measure import (
     stop,
     throughput,
 )
+from harness.bench.slow import slow_candidate
 from harness.bench.vision import backlog as vision_backlog
 from harness.bench.vision import ceilings, model_paths, vision, vision_ratio
 from producer_tools.produce import send_all
@@ -88,10 +89,17 @@ RATIOS = (
     "shadow_digits_vs_off",
     "shadow_digits_cpu_vs_off",
     "shadow_digits_shed_share",
+    "shadow_slow_digits_vs_off",
+    "shadow_slow_digits_cpu_vs_off",
+    "shadow_slow_digits_shed_share",
 )
 #: The digits rounds' run with a shadow of the same model on every micro-batch (``shadow_model_path``:
 #: :mod:`consumer.shadow`), beside the same run without (``streaminfer``); ``--skip-shadow`` leaves it out.
 SHADOW_MODE = "streaminfer-shadow"
+#: The same with a slow candidate (:func:`harness.bench.slow.slow_candidate`: digits' answers, a quarter of the
+#: stream's rows/s on one core): what shedding leaves of its cost.
+SHADOW_SLOW_MODE = "streaminfer-shadow-slow"
+SHADOW_MODES = (SHADOW_MODE, SHADOW_SLOW_MODE)
 #: The digits rounds on many partitions (``--wide-partitions``, default 128): the model column of their rows.
 WIDE = "digits-wide"
 WIDE_PARTITIONS = 128
@@ -108,6 +116,7 @@ PAIRED = {
     "avro_events_vs_passthrough": (model_name("avro"), "streaminfer", "passthrough"),
     "wide_digits_vs_passthrough": (WIDE, "streaminfer", "passthrough"),
     "shadow_digits_vs_off": ("digits", SHADOW_MODE, "streaminfer"),
+    "shadow_slow_digits_vs_off": ("digits", SHADOW_SLOW_MODE, "streaminfer"),
 }
 #: The CPU ratios measured over the same rounds: key -> (model, top mode, bottom mode); each round's ratio is the
 #: bottom's CPU time per record over the top's (:attr:`harness.bench.measure.Run.cpu_us_per_record`: each process's
@@ -121,10 +130,14 @@ PAIRED_CPU = {
     "wide_digits_cpu_vs_passthrough": (WIDE, "streaminfer", "passthrough"),
     "wide_digits_eos_cpu_vs_alo": (WIDE, "streaminfer-eos", "streaminfer"),
     "shadow_digits_cpu_vs_off": ("digits", SHADOW_MODE, "streaminfer"),
+    "shadow_slow_digits_cpu_vs_off": ("digits", SHADOW_SLOW_MODE, "streaminfer"),
 }
 #: The share of rows the shadow shed (``streaminfer_shadow_shed_rows_total`` over shed and scored rows, from the
 #: run's ``/metrics``: ``extra["shadow_shed_share"]``), median over the rounds: key -> (model, mode).
-SHED_SHARE = {"shadow_digits_shed_share": ("digits", SHADOW_MODE)}
+SHED_SHARE = {
+    "shadow_digits_shed_share": ("digits", SHADOW_MODE),
+    "shadow_slow_digits_shed_share": ("digits", SHADOW_SLOW_MODE),
+}
 #: The time from the assignment to the first answer (``extra["first_answer_s"]``), median over the rounds: key ->
 #: (model, mode).
 FIRST_ANSWER = {
@@ -155,6 +168,9 @@ ROUND_LABELS = {
     "shadow_digits_vs_off": "streaminfer-shadow/streaminfer",
     "shadow_digits_cpu_vs_off": "CPU/record streaminfer/streaminfer-shadow",
     "shadow_digits_shed_share": "shadow shed share of rows, streaminfer-shadow",
+    "shadow_slow_digits_vs_off": "streaminfer-shadow-slow/streaminfer",
+    "shadow_slow_digits_cpu_vs_off": "CPU/record streaminfer/streaminfer-shadow-slow",
+    "shadow_slow_digits_shed_share": "shadow shed share of rows, streaminfer-shadow-slow",
 }
 #: Untimed passes of the client-only passthrough over a backlog before anything is measured (``--warmup``): a fresh
 #: broker's JVM compiles its fetch and produce paths during the first passes (its JIT compiler threads took
@@ -552,12 +568,13 @@ class Bench:
         so a ratio compares runs made under the same machine conditions (a shared VM's speed drifts over minutes);
         the ratios are the medians over the rounds, their spread the largest minus the smallest. ``model_name``
         labels the rows (:data:`WIDE`: the many-partition backlog), ``rounds`` defaults to ``--rounds``; ``modes``
-        to those three, and on digits :data:`SHADOW_MODE` too (a shadow of the same model) unless ``--skip-shadow``."""
+        to those three, and on digits :data:`SHADOW_MODES` too (a shadow of the same model, and a slow one) unless
+        ``--skip-shadow``."""
         b, d = DEFAULT_SETTING
         if modes is None:
             modes = ["passthrough", "streaminfer", "streaminfer-eos"]
             if model_name == "digits" and not self.args.skip_shadow:
-                modes.append(SHADOW_MODE)
+                modes.extend(SHADOW_MODES)
         for i in range(self.args.rounds if rounds is None else rounds):
             order = list(modes)
             order = order[i % len(order) :] + order[: i % len(order)]
@@ -573,6 +590,8 @@ class Bench:
                         extra = {"delivery": "exactly_once", "transactional_id_prefix": prefix}
                     elif mode == SHADOW_MODE:
                         extra = {"shadow_model_path": DIGITS_MODEL}  # the candidate is the same model
+                    elif mode == SHADOW_SLOW_MODE:
+                        extra = {"shadow_model_path": self.slow_model()}
                     run = await self.closed_streaminfer(
                         model_name, DIGITS_MODEL, backlog, n, f"b{b}/d{d:g}ms", mode, **extra
                     )
@@ -759,13 +778,22 @@ class Bench:
         return out
 
     async def shadow_only(self) -> None:
-        """``--only-shadow``: the digits rounds of streaminfer without and with a shadow of the same model, on a
+        """``--only-shadow``: the digits rounds of streaminfer without and with a shadow (of the same model, and
+        the slow one), on a
         backlog of ``--round-records``, after the warm-up; nothing else."""
         a = self.args
         backlog = (await new_topics(self.bootstrap, f"{self.tag}-digits-rounds"))["requests"]
         await send_all(self.bootstrap, backlog, digits_backlog("r", a.round_records), progress=False)
         await self.warm_up(backlog, a.round_records)
-        await self.repeats(backlog, a.round_records, modes=["streaminfer", SHADOW_MODE])
+        await self.repeats(backlog, a.round_records, modes=["streaminfer", *SHADOW_MODES])
+
+    def slow_model(self) -> Path:
+        """The slow candidate (:func:`harness.bench.slow.slow_candidate`), built once per bench run under
+        ``--out``."""
+        path = self.out / "models" / "digits-slow.onnx"
+        if not path.is_file():
+            slow_candidate(DIGITS_MODEL, path)
+        return path
 
     async def run(self) -> dict[str, Any]:
         a = self.args

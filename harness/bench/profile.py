@@ -87,6 +87,8 @@ async def profile(args: argparse.Namespace) -> list[str]:
     topics = await new_topics(bootstrap, f"profile-{tag}")
     topics["results"] = await results_topic(bootstrap, f"profile-{tag}-out")
     settings: dict[str, Any] = {"delivery": args.delivery}
+    if args.shadow is not None:  # a shadow candidate scores every micro-batch (consumer.shadow)
+        settings["shadow_model_path"] = DIGITS_MODEL if args.shadow == "same" else args.shadow
     if args.delivery == "exactly_once":
         settings["transactional_id_prefix"] = f"profile-{tag}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -133,8 +135,9 @@ async def _profiled(
     )
     head = [
         f"{args.records:,} {what} records, streaminfer-consumer at "
-        f"default settings, delivery {args.delivery}, {len(stamps):,} results at {throughput(stamps):,.0f} "
-        f"records/s; py-spy {args.rate} samples/s of the consumer's active threads, {total:,} samples. "
+        f"default settings, delivery {args.delivery}{shadowed(args)}, {len(stamps):,} results at "
+        f"{throughput(stamps):,.0f} records/s; py-spy {args.rate} samples/s of the consumer's active threads, "
+        f"{total:,} samples. "
         f"Machine: {os.cpu_count()} cores (shared).",
         "",
     ]
@@ -152,6 +155,13 @@ async def _profiled(
     ]
 
 
+def shadowed(args: argparse.Namespace) -> str:
+    """The report's words for ``--shadow`` (empty without one)."""
+    if args.shadow is None:
+        return ""
+    return ", shadow of the same model" if args.shadow == "same" else f", shadow {args.shadow}"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m harness.bench.profile", description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
@@ -159,6 +169,11 @@ def main() -> None:
     p.add_argument("--delivery", choices=["at_least_once", "exactly_once"], default="at_least_once")
     p.add_argument("--format", choices=["oip", "json", "avro"], default="oip", help="digits OIP, or events")
     p.add_argument("--schema-registry-url", default=default_registry_url(), help="Avro: else a local one is started")
+    p.add_argument(
+        "--shadow",
+        default=None,
+        help="shadow_model_path: 'same' (the digits model itself, the bench's shadow row) or an ONNX file",
+    )
     p.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     p.add_argument("--top", type=int, default=25, help="rows per table")
     p.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy", help="the py-spy binary")

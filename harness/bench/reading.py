@@ -41,6 +41,12 @@ PAIRED_WORDS = {
         "the same consumer without a shadow",
         "records/s",
     ),
+    "shadow_slow_digits_vs_off": (
+        "**a slow shadow** on digits (`streaminfer-shadow-slow`: a candidate with digits' answers and a dense side "
+        "branch, a quarter of the stream's rows/s on its one core; shedding bounds its cost)",
+        "the same consumer without a shadow",
+        "records/s",
+    ),
     "events_vs_passthrough": (
         "**JSON events** (breast-cancer, 30 inputs fed by name, enriched results)",
         "the events passthrough (`orjson.loads` each event, a fixed answer the size of an enriched result, no "
@@ -136,13 +142,15 @@ def paired(result: dict[str, Any], key: str) -> str | None:
     return text
 
 
-def shadow(result: dict[str, Any]) -> str | None:
-    """The shadow bullet: :func:`paired` for ``shadow_digits_vs_off``, with the CPU ratio and the shed share."""
-    text = paired(result, "shadow_digits_vs_off")
+def shadow(result: dict[str, Any], key: str = "shadow_digits_vs_off") -> str | None:
+    """A shadow bullet: :func:`paired` for ``key`` (``shadow_digits_vs_off`` or ``shadow_slow_digits_vs_off``),
+    with the CPU ratio and the shed share of the same runs."""
+    text = paired(result, key)
     if text is None:
         return None
     ratios = result.get("ratios", {})
-    cpu, shed = ratios.get("shadow_digits_cpu_vs_off"), ratios.get("shadow_digits_shed_share")
+    stem = key.removesuffix("_vs_off")
+    cpu, shed = ratios.get(f"{stem}_cpu_vs_off"), ratios.get(f"{stem}_shed_share")
     if _finite(cpu):
         text += f" CPU per record without the shadow over with it: **{cpu:.2f}** (median over the rounds)."
     if _finite(shed):
@@ -262,6 +270,7 @@ def reading(result: dict[str, Any]) -> list[str]:
         naive(result),
         paired(result, "digits_eos_vs_alo"),
         shadow(result),
+        shadow(result, "shadow_slow_digits_vs_off"),
         sweep(result),
         open_loop(result),
         lone(result),

@@ -206,6 +206,7 @@ CPU_OF = {
     "digits_eos_vs_alo": "digits_eos_cpu_vs_alo",
     "wide_digits_vs_passthrough": "wide_digits_cpu_vs_passthrough",
     "shadow_digits_vs_off": "shadow_digits_cpu_vs_off",
+    "shadow_slow_digits_vs_off": "shadow_slow_digits_cpu_vs_off",
 }
 
 

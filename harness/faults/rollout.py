@@ -54,9 +54,10 @@ from harness.faults.steps import (
     Figures,
     Group,
     Load,
+    Mark,
     Reader,
     _settle,
-    figures,
+    rows_of,
     tally,
     target_s,
     wind_down,
@@ -150,12 +151,12 @@ async def scenario_rollout(h: Harness, plan: Plan, delivery: str) -> Outcome:
         group.members.append(member)
     reading = asyncio.create_task(reader.run())
     sending = asyncio.create_task(load.run())
-    marks: list[tuple[str, float, float]] = []  # (step, start, action s)
+    marks: list[Mark] = []  # (step, start, rebalances: not watched in a rollout, action s)
     failure = ""
     longest = 0.0  # the longest pod replacement: start of the new one to the old one's exit, s
     try:
         await asyncio.sleep(STEADY_S)
-        marks.append(("steady", time.time() - STEADY_S + 1.0, 0.0))
+        marks.append(("steady", time.time() - STEADY_S + 1.0, 0, 0.0))
         started, t = time.time(), time.monotonic()
         for slot, old in enumerate(list(group.members)):  # maxSurge 1, maxUnavailable 0
             t_pod = time.monotonic()
@@ -168,21 +169,19 @@ async def scenario_rollout(h: Harness, plan: Plan, delivery: str) -> Outcome:
             longest = max(longest, time.monotonic() - t_pod)
         action_s = time.monotonic() - t
         await _settle(reader, time.time(), plan.step_settle_s, SETTLE_LIMIT_S)
-        marks.append(("rollout", started, action_s))
+        marks.append(("rollout", started, None, action_s))
     except RuntimeError as exc:  # a member that did not start
         failure = f"error: {exc}"
     finally:
         ended = await wind_down(load, sending, reader, reading)
     alive, codes, lost = tally(group, load, reader)
     r = reader.receipts
-    rows: list[Figures] = []
-    bounds = [m[1] for m in marks[1:]] + [ended]
-    for (label, start, act_s), end in zip(marks, bounds, strict=True):
-        f = figures(r, label, start, end, None if label == "rollout" else 0, act_s)
-        if label == "rollout":
-            f.target_s = target_s(delivery, "static", "rolling", session_ms / 1000, act_s)
-            f.met = f.target_s is None or f.partition_gap_s <= f.target_s
-        rows.append(f)
+
+    def judge(f: Figures) -> None:  # the rollout: a Deployment's rolling update of static members
+        f.target_s = target_s(delivery, "static", "rolling", session_ms / 1000, f.action_s)
+        f.met = f.target_s is None or f.partition_gap_s <= f.target_s
+
+    rows = rows_of(r, marks, ended, judge)
     old_v, new_v = "1", CANDIDATE_VERSION
     back = versions.went_back(old_v, new_v)
     switched = versions.counts[old_v] > 0 and versions.counts[new_v] > 0 and versions.last_is(new_v)

@@ -409,6 +409,24 @@ def tally(group: Group, load: Load, reader: Reader) -> tuple[list[bool], list[in
 Watched = tuple[dict[ConsumerProcess, int], int | None, float]
 
 
+#: One step's mark: (step, start ``time.time()`` s, rebalances of the stayers or None, action s).
+Mark = tuple[str, float, int | None, float]
+
+
+def rows_of(receipts: Receipts, marks: list[Mark], ended: float, judge: Callable[[Figures], None]) -> list[Figures]:
+    """One :class:`Figures` row per mark, in order: a step's window runs from its start to the next mark's start
+    (the last one's to ``ended``, ``time.time()`` s). ``judge`` sets ``target_s`` and ``met`` on every row but
+    ``steady``'s (the baseline, judged by nothing)."""
+    rows: list[Figures] = []
+    bounds = [m[1] for m in marks[1:]] + [ended]
+    for (label, start, moved, action_s), end in zip(marks, bounds, strict=True):
+        f = figures(receipts, label, start, end, moved, action_s)
+        if label != "steady":
+            judge(f)
+        rows.append(f)
+    return rows
+
+
 async def scenario_steps(h: Harness, plan: Plan, delivery: str, membership: str) -> Outcome:
     """One row: ``delivery`` ("at_least_once" or "exactly_once") with one of :data:`MEMBERSHIPS`."""
     mode = "alo" if delivery == "at_least_once" else "eos"
@@ -426,7 +444,7 @@ async def scenario_steps(h: Harness, plan: Plan, delivery: str, membership: str)
     group.members = [first]
     reading = asyncio.create_task(reader.run())
     sending = asyncio.create_task(load.run())
-    marks: list[tuple[str, float, int | None, float]] = []  # (step, start, rebalances of the stayers, action s)
+    marks: list[Mark] = []  # (step, start, rebalances of the stayers, action s)
     session_s = session_ms / 1000
 
     def baseline(procs: list[ConsumerProcess]) -> dict[ConsumerProcess, int]:
@@ -498,16 +516,14 @@ async def scenario_steps(h: Harness, plan: Plan, delivery: str, membership: str)
         ended = await wind_down(load, sending, reader, reading)
     alive, codes, lost = tally(group, load, reader)
     r = reader.receipts
-    rows: list[Figures] = []
-    bounds = [m[1] for m in marks[1:]] + [ended]
-    for (label, start, moved, action_s), end in zip(marks, bounds, strict=True):
-        f = figures(r, label, start, end, moved, action_s)
-        if label != "steady":
-            f.target_s = target_s(delivery, membership, label, session_s, action_s)
-            restart = label == "kill9" or (label == "rolling" and membership == "statefulset")
-            moved_ok = membership == "dynamic" or not restart or not moved
-            f.met = moved_ok and (f.target_s is None or f.partition_gap_s <= f.target_s)
-        rows.append(f)
+
+    def judge(f: Figures) -> None:
+        f.target_s = target_s(delivery, membership, f.step, session_s, f.action_s)
+        restart = f.step == "kill9" or (f.step == "rolling" and membership == "statefulset")
+        moved_ok = membership == "dynamic" or not restart or not f.rebalances
+        f.met = moved_ok and (f.target_s is None or f.partition_gap_s <= f.target_s)
+
+    rows = rows_of(r, marks, ended, judge)
     missed = [f.step for f in rows if not f.met]
     judged = plan.judge_steps and not failure
     ok = (lost == 0 and (r.duplicates == 0 or delivery == "at_least_once") and all(alive)

@@ -10,9 +10,13 @@ a registry that cannot start fails the tests that need one, with the reason; els
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
+import signal
+import subprocess
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,11 @@ pytestmark = pytest.mark.integration
 
 #: Settings check only that model_path is a file; tests that need no model point here.
 MODEL_PLACEHOLDER = Path(__file__)
+ROOT = Path(__file__).resolve().parents[2]
+#: A docs page's ``sh`` block (its body, without the fences).
+SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
+KAFKA_STOP = ("scripts/kafka-local", "stop")
+REGISTRY_STOP = ("scripts/registry-local", "stop")
 
 
 def _no_registry(reason: str) -> None:
@@ -210,3 +219,55 @@ async def start_app(kafka_bootstrap: str, topics: dict[str, str], digits_model: 
     yield factory
     for app in started:
         await app.stop()
+
+
+def shell_blocks(page: Path) -> list[str]:
+    """The ``sh`` blocks of a docs page, in page order (each block's text without its fences)."""
+    return SH_BLOCK.findall(page.read_text())
+
+
+def run_shell_block(
+    block: str,
+    tmp_path: Path,
+    *,
+    unset: Sequence[str],
+    stops: Sequence[Sequence[str]] = (KAFKA_STOP,),
+    timeout_s: float = 600,
+    cwd: Path = ROOT,
+    extra_env: Mapping[str, str] | None = None,
+) -> str:
+    """Run one docs block as written, alone, in a fresh ``bash`` (``set -euo pipefail``) from ``cwd`` (the
+    repository root): without the variables named in ``unset`` (those another block sets, and the suite's own broker
+    and registry), with ``KAFKA_LOCAL_STATE`` under ``tmp_path`` (the block's broker and registry, apart from the
+    suite's) and ``extra_env``. Afterwards the block's process group is killed (what it left in the background:
+    consumers) and each ``stops`` command runs (with the block's environment, from the repository root). Returns the
+    block's output (stdout and stderr together); asserts exit 0, showing the output's last 4000 characters
+    otherwise. Raises subprocess.TimeoutExpired past ``timeout_s`` seconds."""
+    script = "set -euo pipefail\n" + block
+    env = {k: v for k, v in os.environ.items() if k not in set(unset)}
+    env["KAFKA_LOCAL_STATE"] = str(tmp_path / "state")
+    env.update(extra_env or {})
+    proc = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the script and what it left in the background (consumers)
+            os.killpg(proc.pid, signal.SIGKILL)
+        for stop in stops:
+            subprocess.run(list(stop), cwd=ROOT, env=env, capture_output=True, timeout=120, check=False)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def results_lines(out: str) -> list[dict[str, str]]:
+    """Each ``results: key=value ...`` line of ``out`` (``producer_tools``' summary) as a dict, in order."""
+    lines = [line for line in out.splitlines() if line.startswith("results:")]
+    return [dict(part.split("=", 1) for part in line.split()[1:]) for line in lines]

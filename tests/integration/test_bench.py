@@ -28,6 +28,7 @@ KEYS = [
         "digits_eos_cpu_vs_alo", "wide_digits_vs_passthrough", "wide_digits_cpu_vs_passthrough",
         "wide_digits_eos_cpu_vs_alo", "first_answer_alo_s", "first_answer_eos_s", "wide_first_answer_alo_s",
         "wide_first_answer_eos_s", "shadow_digits_vs_off", "shadow_digits_cpu_vs_off", "shadow_digits_shed_share",
+        "shadow_slow_digits_vs_off", "shadow_slow_digits_cpu_vs_off", "shadow_slow_digits_shed_share",
     ) for suffix in ("", "_spread")),
 ]  # fmt: skip
 LAST_LINE = re.compile(r"^bench: " + " ".join(rf"{key}=(\d+\.\d\d)" for key in KEYS) + r" other_cpu_pct=(\d+)$")
@@ -102,6 +103,8 @@ def test_quick_bench_runs_every_mode(
         ("digits", "bare-ort"),
         ("digits", "streaminfer"),
         ("digits", "streaminfer-binary"),
+        ("digits", "streaminfer-shadow"),
+        ("digits", "streaminfer-shadow-slow"),
         ("digits", "open-loop"),
         ("digits", "lone"),
         ("minilm", "bare-ort"),

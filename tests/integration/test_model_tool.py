@@ -18,9 +18,10 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from consumer.oip.client import encode_request
 from producer_tools.model import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
-from producer_tools.modelset import batches, read_set
-from producer_tools.produce import digits_requests, send_all
+from producer_tools.modelset import Padding, batches, read_set
+from producer_tools.produce import Outgoing, digits_requests, send_all
 from producer_tools.topics import ensure_topics
 from tests.integration.conftest import AppFactory, answers
 
@@ -189,6 +190,95 @@ def test_gate_compares_embeddings_by_cosine(text_model: tuple[Path, Path], tmp_p
     embedding = json.loads(report.read_text())["outputs"]["embedding"]
     assert 0.999 < embedding["min_cosine"] <= embedding["mean_cosine"] <= 1.0 + 1e-9
     assert 0 < embedding["max_abs"] < 0.01
+
+
+def text_padding() -> Padding:
+    """tests/text_model.py's batching as the consumer's on CPU (pad id 0, max_sequence_length 32), written out here
+    rather than taken from the gate."""
+    from consumer.inference import CPU_BATCH_TOKENS
+    from consumer.model.sequence import CPU_BUCKETS, length_buckets
+
+    pads = {"input_ids": 0, "attention_mask": 0, "token_type_ids": 0}
+    return Padding(pads, length_buckets(32, CPU_BUCKETS), CPU_BATCH_TOKENS)
+
+
+def text_requests(n: int, seed: int) -> list[Outgoing]:
+    """``n`` OIP text requests of 1 to 24 of tests/text_model.py's words (so 3 to 26 tokens)."""
+    from tests.text_model import WORDS
+
+    rng = np.random.default_rng(seed)
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 25)))) for _ in range(n)]
+    return [Outgoing(f"t-{i}", encode_request(f"t-{i}", {"text": [t]})) for i, t in enumerate(texts)]
+
+
+@pytest.mark.parametrize("variant", ["fp16", "int8-dynamic", "int8-static"])
+async def test_gate_cosine_figures_on_a_text_set_from_a_topic_match_a_direct_onnx_runtime_run(
+    variant: str, kafka_bootstrap: str, topics: dict[str, str], text_model: tuple[Path, Path], tmp_path: Path
+) -> None:
+    model, tokenizer = text_model
+    await send_all(kafka_bootstrap, topics["requests"], text_requests(120, seed=5), progress=False)
+    comparison = tmp_path / "set.jsonl"
+    argv = ["set", "--model", str(model), "--tokenizer-path", str(tokenizer), "--topic", topics["requests"]]
+    argv += ["--bootstrap-servers", kafka_bootstrap, "--out", str(comparison)]
+    assert await asyncio.to_thread(main, argv) == EXIT_OK
+    loaded = read_set(comparison)
+    assert len(loaded.records) == 120
+    assert len({r.inputs["input_ids"].shape[1] for r in loaded.records}) > 10  # texts of many lengths
+    candidate, report = tmp_path / f"{variant}.onnx", tmp_path / "report.json"
+    argv = ["gate", "--model", str(model), "--set", str(comparison), "--variant", variant, *QUICK]
+    argv += ["--variant-out", str(candidate), "--report", str(report), "--batch-size", "16"]
+    assert await asyncio.to_thread(main, argv) == EXIT_OK
+    figures = json.loads(report.read_text())
+    assert figures["embeddings"] == ["embedding"]
+    names = {c["name"] for c in figures["checks"]}
+    assert "top-1 agreement" not in names  # an embedding's argmax is not a class
+    assert {"embedding: mean cosine", "embedding: min cosine", "embedding: p1 cosine"} <= names
+    # the same set, the same batches (the consumer's length buckets, padded to the longest), in bare ONNX Runtime
+    serving = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    other = ort.InferenceSession(str(candidate), providers=["CPUExecutionProvider"])
+    cosines, diffs, members = [], [], []
+    for feeds, idx in batches(loaded, 16, text_padding()):
+        (a,) = serving.run(["embedding"], feeds)
+        (b,) = other.run(["embedding"], feeds)
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        cosines.append(np.sum(a64 * b64, axis=1) / (np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1)))
+        diffs.append(np.abs(b64 - a64).ravel())
+        members += idx
+    assert sorted(members) == list(range(120))
+    cos, diff = np.concatenate(cosines), np.concatenate(diffs)
+    embedding = figures["outputs"]["embedding"]
+    assert embedding["mean_cosine"] == pytest.approx(float(cos.mean()), abs=1e-12)
+    assert embedding["min_cosine"] == pytest.approx(float(cos.min()), abs=1e-12)
+    assert embedding["p1_cosine"] == pytest.approx(float(np.percentile(cos, 1)), abs=1e-12)
+    assert embedding["max_abs"] == pytest.approx(float(diff.max()), rel=1e-9)
+    assert embedding["mean_abs"] == pytest.approx(float(diff.mean()), rel=1e-9)
+    assert 0 < diff.max() < 0.1  # a converted copy: close, not the same numbers
+    assert (tmp_path / f"{variant}.record.json").is_file()
+
+
+def test_gate_fails_an_embedding_model_whose_vectors_turn(text_model: tuple[Path, Path], tmp_path: Path) -> None:
+    """A broken text candidate (its word table perturbed): cosine under the threshold, exit 1, the check named."""
+    from onnx import numpy_helper
+
+    model, tokenizer = text_model
+    broken = onnx.load(str(model))
+    for i, init in enumerate(broken.graph.initializer):
+        if init.name == "word":
+            table = numpy_helper.to_array(init)
+            noise = np.random.default_rng(11).normal(scale=0.8, size=table.shape).astype(np.float32)
+            broken.graph.initializer[i].CopyFrom(numpy_helper.from_array(table + noise, "word"))
+    onnx.save(broken, str(tmp_path / "broken.onnx"))
+    lines = [r.value for r in text_requests(40, seed=6) if r.value is not None]
+    (tmp_path / "texts.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    comparison = tmp_path / "set.jsonl"
+    argv = ["set", "--model", str(model), "--tokenizer-path", str(tokenizer), "--jsonl", str(tmp_path / "texts.jsonl")]
+    assert main([*argv, "--out", str(comparison)]) == EXIT_OK
+    report = tmp_path / "report.json"
+    argv = ["gate", "--model", str(model), "--set", str(comparison), "--candidate", str(tmp_path / "broken.onnx")]
+    assert main([*argv, *QUICK, "--report", str(report), "--record-out", str(tmp_path / "r.json")]) == EXIT_FAILED
+    failed = {c["name"] for c in json.loads(report.read_text())["checks"] if c["passed"] is False}
+    assert {"embedding: mean cosine", "embedding: p1 cosine"} <= failed
+    assert not (tmp_path / "r.json").exists()  # no record for a failing candidate
 
 
 async def test_set_from_an_oip_requests_topic(

@@ -8,62 +8,34 @@ installed."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from consumer.config import Settings
+from tests.integration.conftest import ROOT, results_lines, run_shell_block
+from tests.integration.conftest import shell_blocks as page_blocks
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "rollout.md"
-BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
 #: pydantic keeps fields in model_fields, not as class attributes (hasattr(Settings, name) is False for every field).
 SHADOW = "shadow_model_path" in Settings.model_fields
 
 
 def shell_blocks() -> list[str]:
-    return BLOCK.findall(PAGE.read_text())
+    return page_blocks(PAGE)
 
 
 def run_block(number: int, tmp_path: Path) -> str:
     """Run the page's ``number``-th sh block alone; returns its output (stdout and stderr), asserting exit 0."""
-    script = "set -euo pipefail\n" + shell_blocks()[number]
-    fresh = {"BOOTSTRAP", "A", "B", "KAFKA_BOOTSTRAP_SERVERS", "SCHEMA_REGISTRY_URL"}
-    env = {k: v for k, v in os.environ.items() if k not in fresh}
-    env["KAFKA_LOCAL_STATE"] = str(tmp_path / "state")  # the block's broker, apart from the suite's
     shutil.rmtree("/tmp/rollout", ignore_errors=True)  # the page's own folder: nothing from before
-    proc = subprocess.Popen(
-        ["bash", "-c", script],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # the script and what it left in the background (consumers)
-            os.killpg(proc.pid, signal.SIGKILL)
-        stop = ["scripts/kafka-local", "stop"]
-        subprocess.run(stop, cwd=ROOT, env=env, capture_output=True, timeout=120, check=False)
-    assert proc.returncode == 0, out[-4000:]
-    return out
-
-
-def results_lines(out: str) -> list[dict[str, str]]:
-    lines = [line for line in out.splitlines() if line.startswith("results:")]
-    return [dict(part.split("=", 1) for part in line.split()[1:]) for line in lines]
+    fresh = ("BOOTSTRAP", "A", "B", "KAFKA_BOOTSTRAP_SERVERS", "SCHEMA_REGISTRY_URL")
+    return run_shell_block(shell_blocks()[number], tmp_path, unset=fresh)
 
 
 def accuracy(model: str) -> float:
@@ -73,13 +45,19 @@ def accuracy(model: str) -> float:
 
 def test_the_pages_blocks_are_what_this_test_runs() -> None:
     blocks = shell_blocks()
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     assert "--variant int8-dynamic" in blocks[0]
     assert "--candidate /tmp/rollout/digits-v2/digits.onnx" in blocks[0]
     assert "--request-format json" in blocks[1]
     assert "--variant $variant" in blocks[1]
-    assert "--shadow-model-path" in blocks[2]
-    assert "--shadow-results-topic" in blocks[2]
+    assert "--tokenizer-path $T/tokenizer.json --topic texts" in blocks[2]
+    assert "--shadow-model-path" in blocks[3]
+    assert "--shadow-results-topic" in blocks[3]
+    # the MiniLM block (bash: not run, it needs the real export) runs the text block's commands on MiniLM
+    (minilm,) = [b for b in re.findall(r"^```bash\n(.*?)^```", PAGE.read_text(), re.S | re.M) if "minilm" in b]
+    for command in ("streaminfer-model set", "--tokenizer-path", "streaminfer-model gate", "--variant $variant"):
+        assert command in minilm, command
+        assert command in blocks[2], command
     for setting in ("shadow_model_path", "shadow_validation_record", "shadow_results_topic", "shadow_max_pending"):
         assert f"`{setting}`" in PAGE.read_text(), setting  # the agreed names (the bulletin's)
 
@@ -114,9 +92,23 @@ def test_the_breast_cancer_path_sets_from_an_events_topic(tmp_path: Path) -> Non
     assert record["model"]["version"] == "2"
 
 
+def test_the_text_path_gates_fp16_and_int8_by_cosine(tmp_path: Path) -> None:
+    out = run_block(2, tmp_path)
+    assert "streaminfer-model set: 200 records (200 rows, 0 labelled)" in out  # from the topic, tokenized
+    for variant in ("fp16", "int8-dynamic", "int8-static"):
+        assert f"gate: PASS: /tmp/rollout/text/text.{variant}.onnx" in out, variant
+        report = json.loads(Path(f"/tmp/rollout/text/{variant}.report.json").read_text())
+        assert report["embeddings"] == ["embedding"]
+        cosine = {c["name"]: c for c in report["checks"] if c["name"].startswith("embedding: ")}
+        assert cosine["embedding: p1 cosine"]["threshold"] == ">= 0.98"
+        assert cosine["embedding: mean cosine"]["passed"] is True
+        assert 0.99 < report["outputs"]["embedding"]["min_cosine"] < 1.0 + 1e-9
+    assert "embedding: p1 cosine" in out  # the table shows it
+
+
 @pytest.mark.skipif(not SHADOW, reason="shadow scoring is not on this branch yet: no shadow_model_path setting")
 def test_the_shadow_block_serves_as_without_shadow_and_writes_the_candidates_answers(tmp_path: Path) -> None:
-    out = run_block(2, tmp_path)
+    out = run_block(3, tmp_path)
     served, shadowed = results_lines(out)
     assert served["sent"] == served["results"] == "360", served  # the served answers, as without shadow
     assert served["accuracy"] == f"{accuracy('digits'):.4f}", served

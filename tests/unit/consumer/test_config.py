@@ -153,3 +153,7 @@ def test_the_shadow_settings_are_checked_together(model: Path, tmp_path: Path) -
         load_settings([*base, "--shadow-model-path", str(model), "--shadow-results-topic", "requests"], {})
     with pytest.raises(ConfigError, match="shadow_max_pending"):
         load_settings([*base, "--shadow-model-path", str(model), "--shadow-max-pending", "0"], {})
+    assert s.shadow_max_busy_share == 0.5
+    for share in ("0", "1.5", "nan"):
+        with pytest.raises(ConfigError, match="shadow_max_busy_share"):
+            load_settings([*base, "--shadow-model-path", str(model), "--shadow-max-busy-share", share], {})

@@ -22,7 +22,8 @@ LAST = (
     "digits_cpu_vs_passthrough=nan events_cpu_vs_passthrough=nan avro_events_cpu_vs_passthrough=nan "
     "digits_eos_cpu_vs_alo=nan wide_digits_vs_passthrough=nan wide_digits_cpu_vs_passthrough=nan "
     "wide_digits_eos_cpu_vs_alo=nan first_answer_alo_s=nan first_answer_eos_s=nan wide_first_answer_alo_s=nan "
-    "wide_first_answer_eos_s=nan shadow_digits_vs_off=nan shadow_digits_cpu_vs_off=nan shadow_digits_shed_share=nan"
+    "wide_first_answer_eos_s=nan shadow_digits_vs_off=nan shadow_digits_cpu_vs_off=nan shadow_digits_shed_share=nan "
+    "shadow_slow_digits_vs_off=nan shadow_slow_digits_cpu_vs_off=nan shadow_slow_digits_shed_share=nan"
 )
 
 
@@ -123,7 +124,7 @@ def test_ratios_pair_runs_of_the_same_round_and_leave_the_cold_first_runs_out() 
 
 def test_the_summary_line_ends_with_the_other_work_on_the_machine_and_rounds_lines_say_it_too() -> None:
     line = summary_line(RATIOS, {"digits_vs_passthrough": 0.1}, other_cpu=57.4)
-    assert line.endswith(" shadow_digits_shed_share=nan other_cpu_pct=57")
+    assert line.endswith(" shadow_slow_digits_shed_share=nan other_cpu_pct=57")
     assert rounds_line("streaminfer/passthrough", [0.5, 0.62, 0.55], 57.4) == (
         "rounds streaminfer/passthrough: 0.50 0.62 0.55 (the ratio is their median; spread 0.12; other work on the "
         "machine: 57 % CPU)"
@@ -217,6 +218,28 @@ def test_the_shadow_row_pairs_rounds_with_and_without_a_shadow_and_takes_the_med
     assert ratios["shadow_digits_vs_off"] == pytest.approx(0.95)
     assert ratios["shadow_digits_cpu_vs_off"] == pytest.approx(20 / 22)
     assert ratios["shadow_digits_shed_share"] == pytest.approx(0.02)
+    assert math.isnan(ratios["shadow_slow_digits_vs_off"])  # no slow-shadow run: its keys nan, not the other's
+
+
+def test_the_slow_shadow_row_pairs_its_own_runs_and_shed_share() -> None:
+    bench = Bench(argparse.Namespace(bootstrap_servers="unused:9092", out=Path("unused")))
+    same, slow = "streaminfer-shadow", "streaminfer-shadow-slow"
+    bench.runs = [
+        run("digits", "streaminfer", 20_000.0, 1, cpu_us=20.0), run("digits", same, 19_000.0, 1, cpu_us=21.0),
+        run("digits", slow, 16_000.0, 1, cpu_us=40.0),
+        run("digits", "streaminfer", 18_000.0, 2, cpu_us=20.0), run("digits", same, 18_000.0, 2, cpu_us=20.0),
+        run("digits", slow, 9_000.0, 2, cpu_us=50.0),
+    ]  # fmt: skip
+    for r, shed in zip(bench.runs, (math.nan, 0.0, 0.7, math.nan, 0.01, 0.9), strict=True):
+        r.extra["shadow_shed_share"] = shed
+    per_round = bench.per_round()
+    assert per_round["shadow_slow_digits_vs_off"] == pytest.approx([0.8, 0.5])
+    assert per_round["shadow_slow_digits_cpu_vs_off"] == pytest.approx([0.5, 0.4])
+    assert per_round["shadow_slow_digits_shed_share"] == pytest.approx([0.7, 0.9])
+    assert per_round["shadow_digits_vs_off"] == pytest.approx([0.95, 1.0])
+    ratios = bench.ratios()
+    assert ratios["shadow_slow_digits_vs_off"] == pytest.approx(0.65)
+    assert ratios["shadow_slow_digits_shed_share"] == pytest.approx(0.8)
 
 
 def test_plots_without_digits_runs_draw_nothing(tmp_path: Path) -> None:

@@ -84,3 +84,26 @@ def test_the_shadow_bullet_gives_the_cost_the_cpu_ratio_and_the_shed_share() -> 
     assert "shed 1.2 % of the rows" in bullet
     result["ratios"]["shadow_digits_vs_off"] = 0.85
     assert "target 0.90: not met" in reading(result)[0]
+
+
+def test_the_slow_shadow_bullet_reads_its_own_runs_and_keys() -> None:
+    result = {
+        "runs": [
+            run("digits", "streaminfer", "b64/d5ms, round 1", 20_000, 90, round=1),
+            run("digits", "streaminfer-shadow-slow", "b64/d5ms, round 1", 15_000, 120, round=1),
+        ],
+        "ratios": {
+            "shadow_slow_digits_vs_off": 0.75,
+            "shadow_slow_digits_cpu_vs_off": 0.6,
+            "shadow_slow_digits_shed_share": 0.87,
+            "shadow_digits_cpu_vs_off": 0.99,  # the same-model row's: not this bullet's
+        },
+        "rounds": {"streaminfer-shadow-slow/streaminfer": [0.75]},
+        "other_cpu_pct": {},
+    }
+    (bullet,) = reading(result)  # no streaminfer-shadow run: no same-model bullet
+    assert bullet.startswith("- **a slow shadow** on digits")
+    assert "**0.75** of it" in bullet
+    assert "target" not in bullet  # bounded by shedding, no target of its own
+    assert "without the shadow over with it: **0.60**" in bullet
+    assert "shed 87.0 % of the rows" in bullet

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.faults.steps import PARTITIONS, Receipts, figures, longest_gap, target_s
+from harness.faults.steps import PARTITIONS, Figures, Mark, Receipts, figures, longest_gap, rows_of, target_s
 
 
 def test_the_longest_gap_counts_from_the_start_and_to_the_end() -> None:
@@ -28,6 +28,29 @@ def test_a_stalled_partition_shows_though_the_others_answer() -> None:
     assert f.p99_ms > 1000  # the stalled request is in the step's p99
     late = figures(r, "scale_in", 1.0, 5.0, 1, 0.6)  # a request sent in the step's last second is the next's
     assert late.p99_ms == pytest.approx(50.0)
+
+
+def test_each_marks_window_ends_where_the_next_begins_and_steady_is_not_judged() -> None:
+    r = Receipts()
+    for p in range(PARTITIONS):
+        r.times[p] = [i / 10 for i in range(100) if not 3.0 < i / 10 < 5.0]  # every 0.1 s but from 3.0 to 5.0
+    marks: list[Mark] = [("steady", 0.0, 0, 0.0), ("rolling", 2.0, None, 1.5), ("scale_in", 6.0, 2, 0.4)]
+    judged: list[str] = []
+
+    def judge(f: Figures) -> None:
+        judged.append(f.step)
+        f.met = f.step != "rolling"
+
+    steady, rolling, scale_in = rows_of(r, marks, 9.0, judge)
+    assert judged == ["rolling", "scale_in"]
+    assert steady.gap_s == pytest.approx(0.1)  # 0.0 to 2.0: before the stall
+    assert steady.met
+    assert rolling.gap_s == pytest.approx(2.0)  # 2.0 to 6.0: the stall is in it
+    assert not rolling.met
+    assert (rolling.rebalances, rolling.action_s) == (None, 1.5)
+    assert scale_in.gap_s == pytest.approx(0.1)
+    assert (scale_in.rebalances, scale_in.action_s) == (2, 0.4)
+    assert scale_in.partition_gap_s == pytest.approx(0.1)  # 6.0 to 9.0 (ended), receipts up to 9.9 do not count
 
 
 def test_targets_follow_the_issue() -> None:

@@ -4,6 +4,7 @@ the size ladder across re-reads, revokes."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,13 @@ def eos(tmp_path: Path, signature: ModelSignature, clock: FakeClock, **settings:
     return Wired(tmp_path, signature, clock, delivery="exactly_once", commit_interval_ms=WINDOW_MS, **settings)
 
 
+async def open_window(h: Wired, rows: int) -> None:
+    """Let the window take and answer ``rows`` records, until it waits for more (fake time) with them in its open
+    transactions."""
+    await h.until(lambda: h.app.in_flight_rows >= rows)
+    await h.quiet()
+
+
 def txn_producer(h: Wired, partition: int) -> FakeProducer:
     name = f"streaminfer-txn-{partition}"
     return [p for p in h.clients.producers if p.name == name][-1]
@@ -39,15 +47,38 @@ async def test_a_window_commits_its_answers_with_the_next_offsets(
     }  # opened on assignment: this fences any zombie of the partitions
     h.send(0, [digits_value(), b"not json", digits_value(rows=2)])
     h.send(1, [digits_value() for _ in range(5)])
-    await h.until(lambda: len(h.cluster.batches) >= 3)
-    await h.quiet()
-    assert h.results() == []  # written inside open transactions: nothing visible yet
+    await h.until(lambda: h.app.in_flight_rows >= 9)
+    await h.quiet()  # the window holds the chunk's answers in its open transactions, and waits for more
+    assert h.results() == []  # nothing visible yet
     assert h.committed(0) is None
     await h.until_in_time(lambda: h.committed(0) == 3 and h.committed(1) == 5, step_ms=WINDOW_MS)
     assert len(h.results()) == 7
     assert h.reasons() == {(0, 1): "invalid_json"}
+    # the chunk was routed once, each answer then written by its own partition's transactional producer
+    assert all(w.producer == f"streaminfer-txn-{source_of(w)[0]}" for w in h.results() + h.dead_letters())
     assert txn_producer(h, 0).transactions == ["commit"]
     assert h.app.in_flight_rows == 0
+    await h.stop()
+
+
+async def test_a_window_hands_each_destination_its_answers_in_full_batches_across_chunks(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    """The chunks of one window append to the same open producer batches (4 records each in the fakes): a
+    destination gets ceil(answers / 4) batches in the window, not one or more per chunk."""
+    h = eos(tmp_path, digits_signature, clock)
+    await h.start(partitions=(0,))
+    for chunk in range(1, 4):
+        h.send(0, [digits_value() for _ in range(3)])
+        await open_window(h, 3 * chunk)  # each send its own chunk, all in one window
+    assert h.cluster.batches == []  # nothing handed over before the window ends
+    await h.until_in_time(lambda: h.committed(0) == 9, step_ms=WINDOW_MS)
+    assert txn_producer(h, 0).transactions == ["commit"]
+    answers = Counter(w.partition for w in h.results())
+    batches = Counter(batch[0].partition for batch in h.cluster.batches if batch and batch[0].topic == RESULTS)
+    assert sum(answers.values()) == 9
+    assert batches == {p: -(-n // 4) for p, n in answers.items()}
+    assert sorted(source_of(w)[1] for w in h.results()) == list(range(9))
     await h.stop()
 
 
@@ -101,7 +132,7 @@ async def test_a_fenced_producer_drops_the_window_and_a_new_producer_answers_it(
     h = eos(tmp_path, digits_signature, clock)
     await h.start(partitions=(0,))
     h.send(0, [digits_value() for _ in range(3)])
-    await h.until(lambda: len(h.cluster.batches) >= 1)
+    await open_window(h, 3)
     zombie = txn_producer(h, 0)
     zombie.fenced = True  # another producer with its transactional.id started
     await h.until_in_time(lambda: h.committed(0) == 3, step_ms=WINDOW_MS)
@@ -119,7 +150,7 @@ async def test_a_commit_that_never_finishes_is_given_up_and_a_new_producer_answe
     stuck = txn_producer(h, 0)
     stuck.hang = True
     h.send(0, [digits_value() for _ in range(3)])
-    await h.until(lambda: len(h.cluster.batches) >= 1)
+    await open_window(h, 3)
     started = clock()
     await h.until_in_time(lambda: h.committed(0) == 3, step_ms=WINDOW_MS)
     assert clock() - started >= 5.0  # given up after producer_request_timeout_ms, not before
@@ -156,7 +187,7 @@ async def test_a_revoke_that_gives_up_on_a_stuck_window_drops_it_and_the_next_ow
     stuck = txn_producer(h, 0)
     stuck.hang = True
     h.send(0, [digits_value() for _ in range(4)])
-    await h.until(lambda: len(h.cluster.batches) >= 1)
+    await open_window(h, 4)
     tp = TopicPartition("requests", 0)
     revoke = asyncio.ensure_future(h.consumer.revoke({tp}))
     started = clock()
@@ -197,7 +228,7 @@ async def test_revoke_ends_the_open_window_at_once_though_the_fetch_waits_for_th
     h = eos(tmp_path, digits_signature, clock, revoke_timeout_ms=5_000)
     await h.start()
     h.send(0, [digits_value() for _ in range(4)])
-    await h.until(lambda: len(h.cluster.batches) >= 1)  # written into the open window's transaction
+    await open_window(h, 4)  # answered into the open window's transaction
     revoke = asyncio.ensure_future(h.consumer.revoke({TopicPartition("requests", 0), TopicPartition("requests", 1)}))
     await h.until(revoke.done)  # no time passes
     assert h.committed(0) == 4  # the window committed before the partitions went
@@ -211,7 +242,7 @@ async def test_a_rebalance_keeps_the_producers_of_partitions_given_back_and_clos
     h = eos(tmp_path, digits_signature, clock)
     await h.start()
     h.send(0, [digits_value() for _ in range(4)])
-    await h.until(lambda: len(h.cluster.batches) >= 1)
+    await open_window(h, 4)
     lost, kept = txn_producer(h, 0), txn_producer(h, 1)
     await h.consumer.revoke({TopicPartition("requests", 0), TopicPartition("requests", 1)})  # eager: all of them
     assert h.committed(0) == 4

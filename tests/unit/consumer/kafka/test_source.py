@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
+from consumer.kafka.source import LAG_REFRESH_S
 from consumer.signature import ModelSignature
 from tests.unit.fakes import FakeClock
 from tests.unit.wired import Wired, digits_value
@@ -138,3 +139,23 @@ async def test_a_topic_that_does_not_exist_stops_start_up(
         await allowed.start()  # asked for: starts, and says what is missing
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["dead_letter_topic 'dlq' does not exist yet"]
     await allowed.stop()
+
+
+async def test_the_fetch_loop_refreshes_the_lag_at_most_every_lag_refresh_s(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = Wired(tmp_path, digits_signature, clock)
+    h.cluster.policy = "hold"  # nothing is committed: the lag is every record fetched
+    await h.start(partitions=(0,))
+    h.send(0, [digits_value() for _ in range(5)])
+    await h.until(lambda: h.app.lag == 5)
+    h.send(0, [digits_value() for _ in range(3)])
+    await h.until(lambda: sum(len(b) for _, _, b in h.cluster.held) == 8)
+    await h.quiet()
+    assert h.app.lag == 5  # fetched, but no time passed since the last refresh
+    clock.advance_ms(LAG_REFRESH_S * 1000)
+    await h.until(lambda: h.app.lag == 8)
+    h.cluster.settle()
+    await h.until(lambda: h.committed(0) == 8)
+    assert h.app.lag == 0  # a commit refreshes it at once
+    await h.stop()

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from consumer.errors import ConfigError
 from consumer.inference import Scored
 from consumer.shadow.candidate import check_inputs
-from consumer.shadow.scorer import ShadowScorer
+from consumer.shadow.scorer import ShadowScorer, block_runs, rest_seconds
 from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest
 from tests.unit.fakes import FakeClock, FakeSession, fake_runner
@@ -173,3 +173,131 @@ async def test_offered_after_the_hand_over_served_answers_unchanged(
     assert len(offered) == 20  # every request, poison records excepted
     assert all(offered)
     assert shadowed == plain
+
+
+class FeedsSession(FakeSession):
+    """The fake model, keeping every feed it was given (to see what the scorer assembled)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.feeds: list[np.ndarray] = []
+
+    def run(self, output_names: list[str] | None, input_feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self.feeds.append(input_feed["input"])
+        return super().run(output_names, input_feed)
+
+
+def block_parts(block: np.ndarray, cuts: list[tuple[int, int]], *, runs: bool = True) -> list[Scored]:
+    """Micro-batches of one-row requests of ``block`` (``[rows, 64]``), rows ``start:stop`` per cut, each
+    knowing its block runs (as the serving path gives them) or not."""
+    blocks = {"input": block}
+    out = []
+    for start, stop in cuts:
+        requests = [DecodedRequest(None, None, 1, None, block=blocks, start=i) for i in range(start, stop)]
+        answered = FakeSession().run(None, {"input": block[start:stop]})
+        outputs = dict(zip(("label", "probabilities"), answered, strict=True))
+        out.append(Scored([], requests, outputs, 0, [(blocks, start, stop)] if runs else None))
+    return out
+
+
+def test_block_runs_join_parts_that_continue_each_other() -> None:
+    a, b = {"input": np.zeros((8, 64), np.float32)}, {"input": np.ones((8, 64), np.float32)}
+    parts = [
+        Scored([], [], {}, 0, [(a, 0, 3)]),
+        Scored([], [], {}, 0, [(a, 3, 5), (b, 0, 2)]),
+        Scored([], [], {}, 0, [(b, 2, 4)]),
+        Scored([], [], {}, 0, [(b, 6, 8)]),  # a gap: rows 4 and 5 were a dead letter's
+    ]
+    assert block_runs(parts) == [(a, 0, 5), (b, 0, 4), (b, 6, 8)]
+    assert block_runs([*parts, Scored([], [], {}, 0, None)]) is None  # a part without runs: the requests' path
+
+
+def test_parts_of_one_block_are_scored_on_a_view_of_it(digits_signature: ModelSignature, clock: FakeClock) -> None:
+    session = FeedsSession()
+    s = scorer(digits_signature, session, clock, pending=8)
+    block = np.random.default_rng(3).random((12, 64), dtype=np.float32)
+    s.offer(block_parts(block, [(0, 4), (4, 9), (9, 12)]))
+    assert s.run_pending() == 3
+    assert session.batches == [12]
+    assert np.shares_memory(session.feeds[0], block)  # no copy
+    np.testing.assert_array_equal(session.feeds[0], block)
+    assert sample(s, "streaminfer_shadow_agreed_rows_total", {"output": "label"}) == 12
+
+
+def test_runs_of_several_blocks_are_concatenated_in_order(digits_signature: ModelSignature, clock: FakeClock) -> None:
+    session = FeedsSession()
+    s = scorer(digits_signature, session, clock, pending=8)
+    rng = np.random.default_rng(4)
+    first, second = rng.random((6, 64), dtype=np.float32), rng.random((6, 64), dtype=np.float32)
+    parts = [*block_parts(first, [(0, 2), (3, 6)]), *block_parts(second, [(0, 5)])]  # row 2 of first: not served
+    s.offer(parts)
+    assert s.run_pending() == 3
+    np.testing.assert_array_equal(session.feeds[0], np.concatenate([first[0:2], first[3:6], second[0:5]]))
+    assert sample(s, "streaminfer_shadow_rows_total") == 10
+    assert sample(s, "streaminfer_shadow_agreed_rows_total", {"output": "label"}) == 10
+
+
+def test_parts_without_runs_are_assembled_from_their_requests_alike(
+    digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    block = np.random.default_rng(5).random((9, 64), dtype=np.float32)
+    fed = []
+    for runs in (True, False):
+        session = FeedsSession()
+        s = scorer(digits_signature, session, clock, pending=8)
+        s.offer(block_parts(block, [(0, 3), (5, 9)], runs=runs))
+        s.run_pending()
+        fed.append(session.feeds[0])
+    np.testing.assert_array_equal(fed[0], fed[1])
+    np.testing.assert_array_equal(fed[0], np.concatenate([block[0:3], block[5:9]]))
+
+
+async def test_the_serving_path_offers_each_part_with_the_block_runs_of_its_requests(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    """What the scorer reads instead of the requests (Scored.runs) holds exactly their rows, in order."""
+    candidate = fake_runner(dataclasses.replace(digits_signature, version="2"), FakeSession())
+    wired = Wired(tmp_path, digits_signature, clock, candidate=candidate, shadow_model_path=tmp_path / "model.onnx")
+    await wired.start()
+    scorer_ = wired.app.stages.shadow if wired.app.stages is not None else None
+    assert scorer_ is not None
+    parts: list[Scored] = []
+    original = scorer_.offer
+
+    def spy(scored: list[Scored]) -> None:
+        parts.extend(scored)
+        original(scored)
+
+    scorer_.offer = spy  # type: ignore[method-assign]
+    wired.send(0, [digits_value(rows=1 + i % 3, marker=float(i)) for i in range(12)] + [b"not json"])
+    await wired.until(lambda: len(wired.results()) + len(wired.dead_letters()) == 13)
+    await wired.stop()
+    assert sum(len(p.requests) for p in parts) == 12
+    for p in parts:
+        assert p.runs is not None
+        from_runs = np.concatenate([block["input"][start:stop] for block, start, stop in p.runs])
+        np.testing.assert_array_equal(from_runs, np.concatenate([r.inputs["input"] for r in p.requests]))
+
+
+@pytest.mark.parametrize(
+    ("busy", "share", "rest"), [(0.1, 1.0, 0.0), (0.1, 0.5, 0.1), (0.1, 0.25, 0.3), (0.02, 0.2, 0.08), (-1.0, 0.5, 0.0)]
+)
+def test_the_thread_rests_so_that_it_scores_at_most_its_share_of_the_time(
+    busy: float, share: float, rest: float
+) -> None:
+    assert rest_seconds(busy, share) == pytest.approx(rest)
+    if busy > 0:
+        assert busy / (busy + rest_seconds(busy, share)) == pytest.approx(share)
+
+
+def test_the_setting_reaches_the_scorer(tmp_path: Path, digits_signature: ModelSignature) -> None:
+    from consumer.config import Settings
+    from consumer.shadow.scorer import build_shadow
+
+    for name in ("m.onnx", "c.onnx"):
+        (tmp_path / name).write_bytes(b"")
+    paths = {"model_path": tmp_path / "m.onnx", "shadow_model_path": tmp_path / "c.onnx"}
+    settings = Settings(**paths, shadow_max_busy_share=0.3)
+    runner = fake_runner(digits_signature)
+    s = build_shadow(settings, runner, digits_signature, CollectorRegistry(), clients=None)  # type: ignore[arg-type]
+    assert s._max_busy_share == 0.3
