@@ -12,42 +12,34 @@ Every plain JSON request (no binary data extension) is parsed with ``orjson``; r
 stack that fails any check, and every record that is not plain, is decoded record by record, which names the
 culprit with the same reason and message.
 
-The common chunk of a one-input model (every record plain JSON with no header :func:`~consumer.oip.forms.classify`
-reads, the same declaration, only ``inputs`` and perhaps ``id``, no string in the data) is taken at once first
-(:func:`_uniform_chunk`): each check is a ``map`` over the chunk's column instead of Python code per record, and its
-requests are made by one ``map``; a chunk it finds anything else in is decoded as below.
-
 Binary-extension requests of a one-input model that are well formed (the length header, one input object with
 ``binary_data_size`` equal to the bytes after the JSON part) and declare the same ``(datatype, shape)`` form a stack
 too: their bytes are joined into one little-endian array and checked at once.
 
-Numbers: a float stack is parsed straight into float64 only when no string can be in its data (the uniform chunk's
-quote count says so: else a numeric string such as ``"1"`` would become its number, where the record on its own is
-datatype_mismatch); otherwise numpy picks the dtype as for one record, and a string fails the stack. A JSON null
-stops the conversion, integers are exact below 2**53; a stack holding either is decoded record by record; integers
-keep numpy's own integer choice. ``true``/``false`` would become 1/0 next to numbers, so a record whose bytes may
-hold one is decoded on its own (one scan of the whole chunk says whether any may).
+Numbers: numpy picks a stack's dtype as it does for one record (a float stack is not parsed straight into float64,
+which would turn a numeric string such as ``"1"`` into its number, where the record on its own is
+datatype_mismatch; a string, or a JSON null, fails the stack); a float stack holding a value beyond 2**53 (integers
+are not exact there) is decoded record by record; integers keep numpy's own integer choice.
+``true``/``false`` would become 1/0 next to numbers, so a record whose bytes may hold one is decoded on its own
+(one scan of the whole chunk says whether any may).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
-from itertools import repeat
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from consumer.errors import RecordError, ValidationError
 from consumer.oip.decode import decode_form, requested_outputs
-from consumer.oip.forms import JSON_FORM, RecordForm, all_json, classify
+from consumer.oip.forms import JSON_FORM, RecordForm, classify
 from consumer.oip.validate import check_declaration, check_ranges, check_values
 from consumer.oip.wire import Headers
 from consumer.signature import ModelSignature, TensorSpec
-from consumer.work import DecodedRequest, Limits, ShapeKey
+from consumer.work import DecodedRequest, Limits
 
 if TYPE_CHECKING:
     from consumer.model.sequence import TextEncoder
@@ -60,13 +52,6 @@ _Binary = tuple[int, str | None, tuple[str, ...] | None, bool, memoryview]
 #: Integers above this are not exact in float64: a chunk holding them is decoded record by record (a float32
 #: input then gets each record's own int64 -> float32 cast, never float64 -> float32).
 EXACT_IN_FLOAT64 = 2**53
-
-#: The fields of a uniform chunk's request and of its input object, and the types of its ``id`` (absent: None).
-_REQUEST_FIELDS = frozenset({"inputs", "id"})
-_INPUT_FIELDS = frozenset({"name", "shape", "datatype", "data"})
-_ID_TYPES = frozenset({str, type(None)})
-_INPUTS, _FIRST = itemgetter("inputs"), itemgetter(0)
-_NAME, _SHAPE, _DATATYPE, _DATA = itemgetter("name"), itemgetter("shape"), itemgetter("datatype"), itemgetter("data")
 
 #: (datatype, shape) of every model input, in the model's input order: the records of one stack share it.
 _StackKey = tuple[tuple[str, tuple[int, ...]], ...]
@@ -98,10 +83,6 @@ def decode_chunk(
         One :class:`~consumer.oip.decode.DecodedRequest` (its ``inputs`` views of its stack's ``block``) or
         :class:`~consumer.errors.RecordError` per record, in order.
     """
-    if images is None and text is None and signature.sequence is None and len(signature.inputs) == 1:
-        uniform = _uniform_chunk(values, headers, signature, limits)
-        if uniform is not None:
-            return uniform  # type: ignore[return-value]  # a list is invariant; every element is a request
     forms = [classify(h) for h in headers]
     if images is not None:
         outcomes = [decode_form(v, f, signature, limits, images=images) for v, f in zip(values, forms, strict=True)]
@@ -133,7 +114,7 @@ def decode_chunk(
                 continue
         out[i] = decode_form(value, form, signature, limits)
     decoded: list[tuple[Sequence[tuple[int, Any, Any, Any, Any]], list[DecodedRequest] | None]] = [
-        (members, _stack_requests(key, members, signature, limits)) for key, members in stacks.items()
+        (members, _decode_stack(key, members, signature, limits)) for key, members in stacks.items()
     ]
     decoded += [(found, _decode_binary_stack(key, found, signature, limits)) for key, found in binaries.items()]
     for members, requests in decoded:
@@ -319,130 +300,11 @@ def _declared(item: object) -> tuple[str, tuple[int, ...]] | None:
     return datatype, tuple(shape)
 
 
-def _stack_requests(
+def _decode_stack(
     key: _StackKey, members: list[_Parsed], signature: ModelSignature, limits: Limits
 ) -> list[DecodedRequest] | None:
-    """A stack's requests, its inputs parsed and checked as one array each (:func:`_decode_stack`); None when any
-    check fails (decode record by record)."""
-    data = [[m[4][j] for m in members] for j in range(len(signature.inputs))]
-    stacked = _decode_stack(key, data, signature, limits)
-    if stacked is None:
-        return None
-    block, rows, shape_key = stacked
-    return [DecodedRequest(m[1], None, rows, m[2], 0, m[3], block, k * rows, shape_key) for k, m in enumerate(members)]
-
-
-def _uniform_chunk(
-    values: Sequence[bytes | None], headers: Sequence[Headers], signature: ModelSignature, limits: Limits
-) -> list[DecodedRequest] | None:
-    """The common chunk of a one-input model at once: every record plain JSON (no header that
-    :func:`~consumer.oip.forms.classify` reads), within ``max_record_bytes``, no ``true``/``false`` in its bytes, an
-    object of ``inputs`` and perhaps a string ``id`` (no ``parameters``, no ``outputs``), its one input object
-    (``name`` the model input's, ``shape`` and ``datatype`` the same for every record, list ``data``, no
-    ``parameters``). Every such record is one :func:`_parse_plain_one` would take, and the stack is checked by the
-    same :func:`_decode_stack`, so the outcome is the record-by-record one; but each check runs over the chunk's
-    column (``map`` and ``set``, no Python code per record).
-
-    Returns:
-        One request per record (rows of one ``block`` ``[records x rows, ...]`` of the model's dtype); None when a
-        record is anything else or the stack fails a check: the chunk is then decoded by the general path, which
-        names each culprit.
-    """
-    if not values or set(map(type, values)) != {bytes} or not all_json(headers):
-        return None
-    plain = cast("Sequence[bytes]", values)  # all bytes: checked above
-    lengths = set(map(len, plain))
-    if min(lengths) == 0 or max(lengths) > limits.max_record_bytes:
-        return None
-    joined = b"\0".join(plain)
-    if b"true" in joined or b"false" in joined:
-        return None
-    try:
-        bodies = list(map(orjson.loads, plain))
-    except orjson.JSONDecodeError:
-        return None
-    if set(map(type, bodies)) != {dict}:
-        return None
-    for keys in set(map(tuple, bodies)):
-        if "inputs" not in keys or not _REQUEST_FIELDS.issuperset(keys):
-            return None
-    ids = list(map(dict.get, bodies, repeat("id")))
-    id_types = list(map(type, ids))
-    if not _ID_TYPES.issuperset(id_types):
-        return None
-    # No string in any record's data or shape: its quotes are the keys' and the id's, name's and datatype's
-    # (a backslash-escaped quote in one of them only adds some: that chunk takes the general path).
-    quotes = set(zip(map(bytes.count, plain, repeat(b'"')), map(len, bodies), id_types, strict=True))
-    if any(q != 2 * (keys + (t is str) + 6) for q, keys, t in quotes):
-        return None
-    inputs = list(map(_INPUTS, bodies))
-    if set(map(type, inputs)) != {list} or set(map(len, inputs)) != {1}:
-        return None
-    items = list(map(_FIRST, inputs))
-    if set(map(type, items)) != {dict}:
-        return None
-    for keys in set(map(tuple, items)):
-        if len(keys) != len(_INPUT_FIELDS) or not _INPUT_FIELDS.issuperset(keys):
-            return None
-    shapes = list(map(_SHAPE, items))
-    if set(map(type, shapes)) != {list} or set(map(type, itertools.chain.from_iterable(shapes))) != {int}:
-        return None  # (a float dimension would compare equal to its int in the set below)
-    try:
-        names = set(map(_NAME, items))
-        datatypes = set(map(_DATATYPE, items))
-        declared = set(map(tuple, shapes))
-    except TypeError:  # an unhashable name, datatype or dimension: not a well-formed record
-        return None
-    if names != {signature.inputs[0].name} or len(datatypes) != 1 or len(declared) != 1:
-        return None
-    (datatype,), (shape,) = datatypes, declared
-    if type(datatype) is not str or any(d < 0 for d in shape):
-        return None
-    data = list(map(_DATA, items))
-    if set(map(type, data)) != {list}:
-        return None
-    stacked = _decode_stack(((datatype, shape),), [data], signature, limits, numbers=True)
-    if stacked is None:
-        return None
-    block, rows, shape_key = stacked
-    n = len(values)
-    return list(
-        map(
-            DecodedRequest,
-            ids,
-            repeat(None),
-            repeat(rows),
-            repeat(None),
-            repeat(0),
-            repeat(False),
-            repeat(block),
-            range(0, n * rows, rows),
-            repeat(shape_key),
-        )
-    )
-
-
-def _decode_stack(
-    key: _StackKey,
-    data: Sequence[list[list[Any]]],
-    signature: ModelSignature,
-    limits: Limits,
-    numbers: bool = False,
-) -> tuple[dict[str, np.ndarray], int, ShapeKey] | None:
-    """Parse and check a stack's inputs as one array each.
-
-    Args:
-        key: each input's declared (datatype, shape), in the model's input order.
-        data: for each model input, every record's ``data`` (JSON lists, one per record, in stack order).
-        numbers: the caller knows ``data`` holds no string: a float input is then converted straight to float64
-            (which would turn a numeric string into its number, where a record on its own is datatype_mismatch);
-            otherwise numpy picks the dtype, as for one record, and a string makes the stack fail.
-
-    Returns:
-        (input name -> array ``[records x rows, ...]`` of the model's dtype, rows per record, the requests' shape
-        key); None when any check fails (decode record by record).
-    """
-    n = len(data[0])
+    """Parse and check a stack's inputs as one array each; None when any check fails (decode record by record)."""
+    n = len(members)
     block: dict[str, np.ndarray] = {}
     rows: int | None = None
     for j, spec in enumerate(signature.inputs):
@@ -456,13 +318,8 @@ def _decode_stack(
         elif shape[0] != rows:
             return None
         count = math.prod(shape)
-        column = data[j]
-        try:
-            if numbers and declared.kind == "f" and set(map(len, column)) == {count}:  # flat float data
-                flat = itertools.chain.from_iterable(column)
-                arr = np.fromiter(flat, dtype=np.float64, count=n * count).reshape(n, count)
-            else:
-                arr = np.array(column, dtype=np.float64 if numbers and declared.kind == "f" else None)
+        try:  # numpy picks the dtype, as for one record (float64 straight would turn a numeric string into a number)
+            arr = np.array([m[4][j] for m in members])
         except (ValueError, TypeError, OverflowError):
             return None
         if arr.shape != (n, count) and arr.shape != (n, *shape):
@@ -477,7 +334,7 @@ def _decode_stack(
         return None
     assert rows is not None
     shape_key = tuple((name, arr.shape[1:]) for name, arr in sorted(block.items()))
-    return block, rows, shape_key
+    return [DecodedRequest(m[1], None, rows, m[2], 0, m[3], block, k * rows, shape_key) for k, m in enumerate(members)]
 
 
 def _checked_block(

@@ -15,7 +15,6 @@ protobuf.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from consumer.errors import DeadLetterReason, DecodeError
@@ -91,13 +90,3 @@ def classify(headers: Headers) -> RecordForm | DecodeError:
             DeadLetterReason.INVALID_REQUEST, f"header {BINARY_HEADER} is not a decimal length: {length!r:.40}"
         )
     return RecordForm(Form.BINARY, int(length))
-
-
-#: Lengths of the header names :func:`classify` reads.
-_READ_LENGTHS = frozenset({_BINARY_LENGTH, _SELDON_LENGTH, _CONTENT_TYPE_LENGTH})
-
-
-def all_json(headers: Iterable[Headers]) -> bool:
-    """Whether every record of a chunk is of :data:`JSON_FORM` for sure: none of its header names is as long as one
-    :func:`classify` reads (one pass over the chunk's names; a False is not a verdict: classify each record)."""
-    return _READ_LENGTHS.isdisjoint(map(len, {name for h in headers for name, _ in h}))

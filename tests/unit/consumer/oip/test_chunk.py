@@ -11,10 +11,9 @@ import orjson
 import pytest
 
 from consumer.errors import RecordError
-from consumer.oip.chunk import _uniform_chunk, decode_chunk
+from consumer.oip.chunk import decode_chunk
 from consumer.oip.client import encode_request_binary
 from consumer.oip.decode import decode_one
-from consumer.oip.forms import all_json
 from consumer.oip.wire import BINARY_HEADER
 from consumer.signature import ModelSignature, TensorSpec
 from consumer.work import DecodedRequest, Limits
@@ -256,7 +255,7 @@ def test_a_chunk_of_valid_binary_records_is_decoded_as_one_block(digits_signatur
 
 @pytest.mark.parametrize("which", range(len(binary_variants(random.Random(0)))))
 def test_each_binary_variant_among_valid_neighbours(digits_signature: ModelSignature, which: int) -> None:
-    """One variant between valid records of the same declaration: a check the fast path skipped would show here
+    """One variant between valid records of the same declaration: a check the stack path skipped would show here
     (in a mixed chunk a bad neighbour sends the whole group to the per-record decoder)."""
     variants = binary_variants(random.Random(0))
     valid = variants[0]
@@ -264,7 +263,7 @@ def test_each_binary_variant_among_valid_neighbours(digits_signature: ModelSigna
     check([v for v, _ in records], digits_signature, [h for _, h in records])
 
 
-# ------------------------------------------------------------------------------------------------ the uniform chunk
+# ------------------------------------------------------------------------------------------- chunks of uniform records
 def uniform(rng: random.Random, n: int, nested: bool = False) -> list[bytes | None]:
     """``n`` well-formed one-row digits records as the bench writes them (flat ``data``, or all nested): ids or none,
     ints or floats, an id now and then (a string, or null)."""
@@ -284,34 +283,27 @@ def correlation_headers(n: int) -> list[Any]:
 
 
 @pytest.mark.parametrize("nested", [False, True])
-def test_a_uniform_chunk_takes_the_fast_path_and_decodes_as_record_by_record(
+def test_a_uniform_chunk_is_one_stack_and_decodes_as_record_by_record(
     digits_signature: ModelSignature, nested: bool
 ) -> None:
     values = uniform(random.Random(7), 40, nested)
     headers = correlation_headers(40)
-    fast = _uniform_chunk(values, headers, digits_signature, LIMITS)
-    assert fast is not None
-    assert len({id(r.block) for r in fast}) == 1
-    assert [r.start for r in fast] == list(range(40))
-    for value, hdrs, got in zip(values, headers, fast, strict=True):
-        same(got, decode_one(value, hdrs, digits_signature, LIMITS))
+    chunk = decode_chunk(values, headers, digits_signature, LIMITS)
+    requests = [r for r in chunk if isinstance(r, DecodedRequest)]
+    assert len(requests) == 40
+    assert len({id(r.block) for r in requests}) == 1
+    assert [r.start for r in requests] == list(range(40))
     check(values, digits_signature, headers)
 
 
 @pytest.mark.parametrize("which", range(len(digits_variants(random.Random(0)))))
 def test_each_digits_variant_among_uniform_neighbours(digits_signature: ModelSignature, which: int) -> None:
-    """One variant (a hostile record, a different declaration, a field the fast path leaves to the general one) in
-    a chunk of uniform records: the fast path, when it answers, and decode_chunk both give the record-by-record
-    outcome for every record."""
+    """One variant (a hostile record, a different declaration, an unusual field) in a chunk of uniform records:
+    decode_chunk gives the record-by-record outcome for every record."""
     rng = random.Random(which)
     values = uniform(rng, 12)
     values.insert(5, digits_variants(rng)[which])
-    headers = correlation_headers(len(values))
-    fast = _uniform_chunk(values, headers, digits_signature, LIMITS)
-    if fast is not None:
-        for value, hdrs, got in zip(values, headers, fast, strict=True):
-            same(got, decode_one(value, hdrs, digits_signature, LIMITS))
-    check(values, digits_signature, headers)
+    check(values, digits_signature, correlation_headers(len(values)))
 
 
 @pytest.mark.parametrize(
@@ -346,31 +338,22 @@ def test_each_digits_variant_among_uniform_neighbours(digits_signature: ModelSig
         b"x" * (LIMITS.max_record_bytes + 1),
     ],
 )
-def test_the_fast_path_leaves_an_unusual_record_to_the_general_one(
+def test_an_unusual_record_among_uniform_ones_decodes_as_record_by_record(
     digits_signature: ModelSignature, odd: bytes | None
 ) -> None:
     values = uniform(random.Random(1), 8)
     values.insert(3, odd)
-    headers = correlation_headers(len(values))
-    assert _uniform_chunk(values, headers, digits_signature, LIMITS) is None
-    check(values, digits_signature, headers)
+    check(values, digits_signature, correlation_headers(len(values)))
 
 
 @pytest.mark.parametrize(
     "header",
     [(BINARY_HEADER, b"12"), ("content-type", b"application/x-protobuf"), ("seldon-infer-type", b"x"), ("X" * 12, b"")],
 )
-def test_a_header_classify_reads_sends_the_chunk_to_the_general_path(
+def test_a_header_classify_reads_in_a_uniform_chunk_decodes_as_record_by_record(
     digits_signature: ModelSignature, header: tuple[str, bytes]
 ) -> None:
     values = uniform(random.Random(2), 6)
     headers = correlation_headers(6)
     headers[4] = [*headers[4], header]
-    assert not all_json(headers)
-    assert _uniform_chunk(values, headers, digits_signature, LIMITS) is None
     check(values, digits_signature, headers)
-
-
-def test_all_json_reads_only_names() -> None:
-    assert all_json([[("correlation_id", b"x")], [], [("traceparent", None)]])
-    assert not all_json([[], [(BINARY_HEADER.upper(), b"1")]])
