@@ -9,8 +9,8 @@ Subcommands (docs/models.md, "Rolling out a model: record, set, gate"):
 - ``record``: run a model over a set and write its validation record (JSON; :mod:`consumer.model.record`), the
   file the consumer's ``validation_record`` setting takes;
 - ``gate``: the serving model against a candidate (``--candidate FILE`` or ``--variant fp16|int8-dynamic|
-  int8-static``, built with the ONNX toolchain's converters) on the same batches of a set; prints the table, and
-  writes the passing candidate's own record (``--record-out``).
+  int8-dynamic-per-channel|int8-static``, built with the ONNX toolchain's converters) on the same batches of a set;
+  prints the table, and writes the passing candidate's own record (``--record-out``).
 
 Exit codes: 0 done (gate: the candidate passed); 1 the gate failed (the table says which threshold), or a topic
 could not be read; 2 bad usage: a flag, a file that is not a model, set or record, or a variant the toolchain does
@@ -101,7 +101,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--set", type=Path, required=True, help="the comparison set")
     cand = g.add_mutually_exclusive_group(required=True)
     cand.add_argument("--candidate", type=Path, help="another ONNX file")
-    cand.add_argument("--variant", choices=("fp16", "int8-dynamic", "int8-static"), help="built from --model")
+    cand.add_argument(
+        "--variant",
+        choices=("fp16", "int8-dynamic", "int8-dynamic-per-channel", "int8-static"),  # producer_tools.variants
+        help="built from --model",
+    )
     g.add_argument("--variant-out", type=Path, help="where --variant is written (default <model>.<variant>.onnx)")
     g.add_argument("--batch-size", type=int, default=32, help="rows per compared batch (default %(default)s)")
     g.add_argument("--min-agreement", type=float, default=0.99, help="top-1 agreement, fraction (default 0.99)")

@@ -128,7 +128,7 @@ def test_gate_says_where_the_toolchain_does_not_apply(
     digits_model: Path, breast_cancer_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     comparison = str(digits_set(digits_model, tmp_path / "set.jsonl"))
-    for variant in ("fp16", "int8-dynamic", "int8-static"):
+    for variant in ("fp16", "int8-dynamic", "int8-dynamic-per-channel", "int8-static"):
         argv = ["gate", "--model", str(digits_model / "digits.onnx"), "--set", comparison, "--variant", variant]
         assert main([*argv, "--variant-out", str(tmp_path / f"{variant}.onnx")]) == EXIT_USAGE
         assert "LinearClassifier (ai.onnx.ml)" in capsys.readouterr().err
@@ -139,7 +139,7 @@ def test_gate_says_where_the_toolchain_does_not_apply(
     assert main(["gate", "--model", str(trees), "--set", str(tmp_path / "missing.jsonl"), "--variant", "fp16"]) == 2
 
 
-@pytest.mark.parametrize("variant", ["fp16", "int8-dynamic", "int8-static"])
+@pytest.mark.parametrize("variant", ["fp16", "int8-dynamic", "int8-dynamic-per-channel", "int8-static"])
 def test_gate_figures_match_a_direct_onnx_runtime_run(
     variant: str, mlp_digits: Path, digits_model: Path, tmp_path: Path
 ) -> None:
@@ -169,6 +169,40 @@ def test_gate_figures_match_a_direct_onnx_runtime_run(
     assert figures["accuracy"]["candidate"] == round(float(np.mean(np.concatenate(c_lab) == labels)), 6)
     if variant != "fp16":
         assert diff.max() > 0  # quantised: not the same numbers (a test of the comparison, too)
+
+
+def test_int8_dynamic_per_channel_quantises_each_output_column_with_its_own_scale(
+    mlp_digits: Path, tmp_path: Path
+) -> None:
+    """int8-dynamic-per-channel: each MatMul weight ``[in, out]`` gets a scale per output column, max |column| / 127
+    (symmetric int8, zero points 0), its int8 values within half a step of the float weights; int8-dynamic: one
+    scale per weight."""
+    from onnx import numpy_helper
+
+    from producer_tools.variants import build_variant
+
+    source = onnx.load(str(mlp_digits))
+    floats = {i.name: numpy_helper.to_array(i) for i in source.graph.initializer}
+    weights = [n.input[1] for n in source.graph.node if n.op_type == "MatMul" and n.input[1] in floats]
+    assert len(weights) == 2  # the MLP's two layers
+    for variant in ("int8-dynamic", "int8-dynamic-per-channel"):
+        out = build_variant(mlp_digits, variant, tmp_path / f"{variant}.onnx")
+        copy = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(out)).graph.initializer}
+        for name in weights:
+            w = floats[name].astype(np.float64)
+            q, scale, zero = copy[f"{name}_quantized"], copy[f"{name}_scale"], copy[f"{name}_zero_point"]
+            assert q.dtype == np.int8
+            assert q.shape == w.shape
+            assert not zero.any()
+            if variant == "int8-dynamic":
+                assert scale.shape == ()
+                assert float(scale) == pytest.approx(np.abs(w).max() / 127, rel=1e-5)
+            else:
+                assert scale.shape == (w.shape[1],)
+                assert scale == pytest.approx(np.abs(w).max(axis=0) / 127, rel=1e-5)
+                assert len(set(scale.tolist())) > 1  # not one scale repeated
+            error = np.abs(q.astype(np.float64) * scale - w)
+            assert np.all(error <= np.broadcast_to(scale, w.shape) / 2 * (1 + 1e-5))
 
 
 def test_gate_compares_embeddings_by_cosine(text_model: tuple[Path, Path], tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ def test_the_pages_blocks_are_what_this_test_runs() -> None:
     for command in ("streaminfer-model set", "--tokenizer-path", "streaminfer-model gate", "--variant $variant"):
         assert command in minilm, command
         assert command in blocks[2], command
+    assert "int8-dynamic-per-channel" in minilm  # the INT8 copy that keeps MiniLM's embeddings (per-channel scales)
     for setting in ("shadow_model_path", "shadow_validation_record", "shadow_results_topic", "shadow_max_pending"):
         assert f"`{setting}`" in PAGE.read_text(), setting  # the agreed names (the bulletin's)
 
