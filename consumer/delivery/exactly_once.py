@@ -424,12 +424,15 @@ class ExactlyOnce:
         self._hold(tps - ready)
         if not ready:
             return 0
-        try:
-            offsets = await st.source.committed(ready)
+        reading = asyncio.ensure_future(st.source.committed(ready))
+        try:  # aiokafka retries a retriable failure for ever: a coordinator that is gone must not hold the group
+            if not await st.within(reading, self._limit_s):
+                raise StuckTransaction(f"no answer within {self._limit_s:.0f} s")
         except KafkaError as exc:
             log.warning("committed offsets of %d partitions not read (%r); next window tries again", len(ready), exc)
             self._hold(ready)
             return 0
+        offsets = reading.result()
         lagging = 0
         for tp, offset in offsets.items():
             mine = self._next_offsets.get(tp) if tp in kept else None

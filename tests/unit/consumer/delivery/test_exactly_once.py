@@ -367,6 +367,27 @@ async def test_a_partition_whose_producer_was_fenced_is_read_again_from_the_offs
     await h.stop()
 
 
+async def test_a_partition_whose_committed_offset_cannot_be_read_waits_paused_until_it_can(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+    await h.app.start()
+    tp = TopicPartition("requests", 0)
+    h.send(0, [digits_value() for _ in range(5)])
+    h.consumer.committed_error = KafkaTimeoutError()  # the group coordinator does not answer
+    await h.consumer.assign({tp})
+    assert h.app.joined  # the assignment went on
+    assert tp in h.consumer.paused()
+    await h.until_in_time(lambda: h.consumer.committed_reads >= 3, step_ms=WINDOW_MS)  # each window tries again
+    assert h.results() == []  # nothing read from the offset aiokafka had
+    h.cluster.committed[tp] = 2
+    h.consumer.committed_error = None
+    await h.until_in_time(lambda: h.committed(0) == 5, step_ms=WINDOW_MS)
+    assert tp not in h.consumer.paused()
+    assert sorted(source_of(w)[1] for w in h.results()) == [2, 3, 4]
+    await h.stop()
+
+
 async def test_a_producer_that_cannot_start_at_assignment_is_started_by_its_first_window(
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
 ) -> None:
