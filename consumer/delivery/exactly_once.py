@@ -21,6 +21,15 @@ this revoke) and commits; the revoked partitions' producers are parked, and the 
 partitions that came back and starts the new ones' concurrently (:mod:`consumer.delivery.transactions`). A window
 the revoke gave up on stops waiting for its producers, which are closed, and is dropped; what it did not commit is
 fenced by the partitions' next producers and answered again.
+
+Positions after a rebalance (:meth:`ExactlyOnce._settle`): windows fetch only once the assignment handler has read
+every partition's committed offset again, after its producer started, and sought there. aiokafka's own read at the
+assignment (OffsetFetch v3, no KIP-447 ``require_stable``) can come before the previous owner's last transaction
+is complete (its offsets apply once its markers are written, after ``commit_transaction`` returned), and reading
+from there answers that transaction's records a second time; the new producer's InitProducerId waits for that
+transaction. A kept producer's own last commit can lag the same way: its remembered next offset wins. A partition
+whose producer cannot start, or was fenced, is paused until a new producer of ours has started and its offset has
+been read after it.
 """
 
 from __future__ import annotations
@@ -87,6 +96,15 @@ class ExactlyOnce:
         self._stop = asyncio.Event()
         self._revoking = asyncio.Event()  # a revoke waits for the window: it ends at once
         self._abandon = asyncio.Event()  # a revoke gave up waiting for the window in progress
+        #: Set from the end of an assignment (every partition's position settled, :meth:`_settle`) to the next
+        #: revoke: windows fetch only then. aiokafka lets fetches through while the assignment handler runs.
+        self._settled = asyncio.Event()
+        #: Assigned partitions, paused, whose position is not settled yet: their producer did not start, their
+        #: committed offset could not be read, or their producer was fenced. Each window tries again first.
+        self._unsettled: set[TopicPartition] = set()
+        #: The next offset of each partition's last transaction this member committed (kept across a rebalance
+        #: for the partitions whose producers are kept).
+        self._next_offsets: dict[TopicPartition, int] = {}
         self.tasks: list[asyncio.Task[None]] = []
         s = stages.settings
         self.held = InFlight(stages.max_in_flight_rows, s.max_in_flight_bytes, s.max_record_bytes, stages.metrics)
@@ -141,6 +159,8 @@ class ExactlyOnce:
         st = self._stages
         while not self._stop.is_set():
             async with self._window_lock:
+                if self._unsettled:
+                    await self._settle_held()
                 await self._window()
             st.source.refresh_lag()
             await asyncio.sleep(0)  # a revoke waiting for the lock takes it here
@@ -175,7 +195,7 @@ class ExactlyOnce:
         """A fetch that a revoke or a stop cuts short ({}): once a rebalance has begun, aiokafka's fetch waits for the
         new assignment, and the rebalance waits for the revoke, which waits for this window. What a fetch cut short
         had taken is read again: positions restart from the committed offsets after a rebalance."""
-        fetch = asyncio.ensure_future(self._stages.source.fetch(room))
+        fetch = asyncio.ensure_future(self._fetch_settled(room))
         cut = [asyncio.ensure_future(self._revoking.wait()), asyncio.ensure_future(self._stop.wait())]
         try:
             await asyncio.wait([fetch, *cut], return_when=asyncio.FIRST_COMPLETED)
@@ -186,6 +206,11 @@ class ExactlyOnce:
                 fetch.cancel()
             await asyncio.gather(fetch, return_exceptions=True)
         return fetch.result() if not fetch.cancelled() else {}
+
+    async def _fetch_settled(self, room: int) -> Fetched:
+        """A fetch once the assignment's positions are settled (:meth:`_settle`)."""
+        await self._settled.wait()
+        return await self._stages.source.fetch(room)
 
     async def _answer(self, works: list[Work]) -> list[Scored] | None:
         """Run every request of a chunk, micro-batch after micro-batch; what ran, for the shadow model (None when
@@ -257,6 +282,10 @@ class ExactlyOnce:
                 if txn.producer is not None:
                     await self.txns.discard(tp, txn.producer)
                 st.source.rewind(tp, first)
+                # Whoever fenced us may have committed beyond ``first``: read the partition again only from the
+                # offset committed once a new producer of ours has fenced them in turn (:meth:`_settle_held`).
+                self._next_offsets.pop(tp, None)
+                self._hold({tp})
                 return
             log.warning("transaction for %s failed, aborting and re-reading %d records: %r", tp, len(works), exc)
             st.metrics.produce_retries.inc(len(works))
@@ -268,6 +297,7 @@ class ExactlyOnce:
         finally:
             st.metrics.stage_seconds.labels("commit").inc(st.clock() - started)
         st.done(works)
+        self._next_offsets[tp] = next_offset
         st.tracker.mark_committed({tp: next_offset})
         st.metrics.commits.inc()
         st.progress.mark()
@@ -325,6 +355,7 @@ class ExactlyOnce:
         park the revoked partitions' producers until the assignment says which come back. A window the revoke gave
         up on is dropped and its partitions' producers closed: their next producers fence what it left."""
         self.joined = False
+        self._settled.clear()
         if not revoked:
             return
         st = self._stages
@@ -353,6 +384,9 @@ class ExactlyOnce:
         started = st.clock()
         done = await self.txns.reassign(assigned)
         took = st.clock() - started
+        self._next_offsets = {tp: n for tp, n in self._next_offsets.items() if tp in done.kept_partitions}
+        self._unsettled = set()
+        lagging = await self._settle(assigned, done.kept_partitions)
         events = st.metrics.transactional_producers
         events.labels("kept").inc(done.kept)
         events.labels("opened").inc(done.opened)
@@ -362,5 +396,71 @@ class ExactlyOnce:
             st.source.rebalance.note(
                 f"producers: {done.kept} kept, {done.opened} opened in {took:.3f} s{failed}, {done.closed} closed"
             )
+            if lagging:
+                st.source.rebalance.note(f"{lagging} committed offsets read behind this member's own last commits")
         self.joined = True
         st.assigned(assigned)
+        self._settled.set()
+
+    async def _settle(self, tps: set[TopicPartition], kept: frozenset[TopicPartition] = frozenset()) -> int:
+        """Set the fetch position of (re)assigned partitions from their committed offsets as read *after* their
+        producers started; hold (pause) the rest until :meth:`_settle_held` can.
+
+        aiokafka reads an assignment's committed offsets before the assignment handler runs (OffsetFetch v3, no
+        KIP-447 ``require_stable``): a read that can precede the end of the previous owner's last transaction,
+        whose offsets the broker applies only once its commit markers are written, after ``commit_transaction``
+        returned. Reading from there would answer that transaction's records again: duplicates. A new producer's
+        InitProducerId returns only once its transactional.id's previous transaction is complete (or aborted),
+        so a read after it is stable. A kept producer's own last commit may still be pending: its next offset,
+        remembered, is taken when the read is behind it.
+
+        Returns:
+            How many committed offsets read were behind this member's own last commits (the read lagged).
+        """
+        st = self._stages
+        assigned = st.source.consumer.assignment()
+        tps = {tp for tp in tps if tp in assigned}
+        ready = {tp for tp in tps if self.txns.is_open(tp)}
+        self._hold(tps - ready)
+        if not ready:
+            return 0
+        reading = asyncio.ensure_future(st.source.committed(ready))
+        try:  # aiokafka retries a retriable failure for ever: a coordinator that is gone must not hold the group
+            if not await st.within(reading, self._limit_s):
+                raise StuckTransaction(f"no answer within {self._limit_s:.0f} s")
+        except KafkaError as exc:
+            log.warning("committed offsets of %d partitions not read (%r); next window tries again", len(ready), exc)
+            self._hold(ready)
+            return 0
+        offsets = reading.result()
+        lagging = 0
+        for tp, offset in offsets.items():
+            mine = self._next_offsets.get(tp) if tp in kept else None
+            if mine is not None and (offset is None or offset < mine):
+                log.info("committed offset of %s read as %s, behind this member's last commit %d", tp, offset, mine)
+                offset, lagging = mine, lagging + 1
+            if offset is not None:  # None: nothing committed, the client's auto_offset_reset applies
+                st.source.seek(tp, offset)
+        released = ready & self._unsettled
+        self._unsettled -= ready
+        if released:
+            st.source.consumer.resume(*released)
+        return lagging
+
+    def _hold(self, tps: set[TopicPartition]) -> None:
+        """Pause ``tps`` until :meth:`_settle` sets their positions."""
+        tps = (tps & self._stages.source.consumer.assignment()) - self._unsettled
+        if tps:
+            self._stages.source.consumer.pause(*tps)
+            self._unsettled |= tps
+
+    async def _settle_held(self) -> None:
+        """Start the held partitions' producers (each InitProducerId fences the previous owner's and waits for
+        its transaction to end), then settle them."""
+        held = self._unsettled & self._stages.source.consumer.assignment()
+        self._unsettled &= held
+        results = await asyncio.gather(*(self.txns.open(tp) for tp in held), return_exceptions=True)
+        for exc in results:
+            if isinstance(exc, BaseException) and not isinstance(exc, Exception):
+                raise exc
+        await self._settle(held)

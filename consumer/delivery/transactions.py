@@ -46,6 +46,9 @@ class Reassigned:
     opened: int
     closed: int
     failed: int
+    #: The partitions whose parked producers were kept, and those whose new producers did not start.
+    kept_partitions: frozenset[TopicPartition] = frozenset()
+    failed_partitions: frozenset[TopicPartition] = frozenset()
 
 
 def transactional_id(settings: Settings, tp: TopicPartition) -> str:
@@ -94,6 +97,10 @@ class PartitionTransactions:
         """``tp``'s producer (KeyError when it is not open)."""
         return self._producers[tp]
 
+    def is_open(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` has a started producer (its InitProducerId done)."""
+        return tp in self._producers
+
     def owns(self, tp: TopicPartition, producer: ProducerClient) -> bool:
         """Whether ``producer`` is still ``tp``'s (not closed by a revoke, nor replaced since)."""
         return self._producers.get(tp) is producer
@@ -124,7 +131,10 @@ class PartitionTransactions:
             if not isinstance(exc, Exception):
                 raise exc  # cancelled: the rebalance itself is being torn down
             log.warning("transactional producer for %s did not start (%r); its first window tries again", tp, exc)
-        return Reassigned(kept=len(kept), opened=len(new) - len(failed), closed=len(gone), failed=len(failed))
+        return Reassigned(
+            kept=len(kept), opened=len(new) - len(failed), closed=len(gone), failed=len(failed),
+            kept_partitions=frozenset(kept), failed_partitions=frozenset(failed),
+        )  # fmt: skip
 
     async def close(self, tp: TopicPartition) -> None:
         """Stop ``tp``'s producer (an open transaction is aborted by the next owner or the timeout)."""

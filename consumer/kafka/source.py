@@ -250,6 +250,24 @@ class Source:
             with contextlib.suppress(KeyError):
                 self._metrics.consumer_lag.remove(tp.topic, str(tp.partition))
 
+    async def committed(self, tps: set[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The committed offsets of ``tps`` as the group coordinator has them now (one fresh OffsetFetch each,
+        concurrently; None: nothing committed). aiokafka's own fetch of them at an assignment may precede the end
+        of a transaction that commits them (it sends OffsetFetch v3, without KIP-447's ``require_stable``).
+
+        Raises:
+            aiokafka.errors.KafkaError: the group coordinator cannot be reached.
+        """
+        ordered = sorted(tps, key=lambda tp: (tp.topic, tp.partition))
+        offsets = await asyncio.gather(*(self.consumer.committed(tp) for tp in ordered))
+        return dict(zip(ordered, offsets, strict=True))
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Fetch ``tp`` from ``offset`` if it is still assigned (records fetched before from elsewhere are dropped
+        by the client: their position no longer matches)."""
+        if tp in self.consumer.assignment():
+            self.consumer.seek(tp, offset)
+
     def rewind(self, tp: TopicPartition, offset: int) -> None:
         """Read ``tp`` again from ``offset`` if it is still assigned (its committed position, so its lag and the
         stall check, stay as they were); otherwise forget it."""

@@ -247,6 +247,10 @@ class FakeConsumer:
         self.pause_calls = 0
         self.resume_calls = 0
         self.fetches = 0
+        #: ``committed()`` calls (fresh OffsetFetch requests).
+        self.committed_reads = 0
+        #: Raised by ``committed()`` while set: the group coordinator does not answer.
+        self.committed_error: BaseException | None = None
         self._changed = asyncio.Event()
         self._joined = asyncio.Event()  # cleared from a revoke until the next assignment (aiokafka's reassignment)
         self._joined.set()
@@ -355,6 +359,13 @@ class FakeConsumer:
 
     async def position(self, partition: TopicPartition) -> int:
         return self.positions.get(partition, 0)
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        self.committed_reads += 1
+        await asyncio.sleep(0)  # a request to the group coordinator
+        if self.committed_error is not None:
+            raise self.committed_error
+        return self.cluster.committed.get(partition)
 
     async def topics(self) -> set[str]:
         if self.topics_error is not None:

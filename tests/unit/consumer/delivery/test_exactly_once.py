@@ -299,6 +299,95 @@ async def test_the_new_partitions_producers_start_concurrently(
     await h.stop()
 
 
+async def test_a_new_owner_reads_its_partitions_from_the_offsets_committed_once_its_producer_fenced_the_old_one(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    """The broker applies a transaction's offsets once its commit markers are written, after the old owner's
+    commit_transaction returned. aiokafka reads the committed offsets at the assignment, before the handler runs
+    (no require_stable), and so can read the offset before the old owner's last window; the new owner's
+    InitProducerId waits for that transaction to complete."""
+    h = eos(tmp_path, digits_signature, clock)
+    await h.app.start()
+    tp = TopicPartition("requests", 0)
+    h.send(0, [digits_value() for _ in range(6)])
+    h.cluster.committed[tp] = 0  # what the group coordinator answers at the assignment: the old owner's last
+    # transaction (records 0-3) is committed but its offsets are not applied yet
+    h.clients.start_gate = asyncio.Event()  # InitProducerId: CONCURRENT_TRANSACTIONS until its markers are written
+    assigning = asyncio.ensure_future(h.consumer.assign({tp}))
+    await h.until(lambda: h.clients.starting == 1)
+    await h.quiet()  # whatever fetches and windows can run meanwhile do
+    h.cluster.committed[tp] = 4  # the old owner's transaction completes: its offsets apply, its producer is fenced
+    h.clients.start_gate.set()
+    await h.until(assigning.done)
+    await h.until_in_time(lambda: h.committed(0) == 6, step_ms=WINDOW_MS)
+    assert sorted(source_of(w)[1] for w in h.results()) == [4, 5]  # 0-3 were the old owner's answers
+    await h.stop()
+
+
+async def test_a_member_given_its_partition_back_resumes_after_its_own_last_commit_though_the_read_lags(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    """The revoke committed the window (records 0-3); the kept producer starts no InitProducerId that would wait
+    for its markers, and the coordinator still answers the offset before it."""
+    h = eos(tmp_path, digits_signature, clock)
+    await h.start(partitions=(0,))
+    tp = TopicPartition("requests", 0)
+    h.send(0, [digits_value() for _ in range(4)])
+    await open_window(h, 4)
+    await h.consumer.revoke({tp})
+    assert h.committed(0) == 4
+    h.cluster.committed[tp] = 0  # its offsets not applied yet when the assignment reads them (and again after)
+    await h.consumer.assign({tp})
+    assert txn_producer(h, 0).transactions == ["commit"]  # kept
+    h.send(0, [digits_value() for _ in range(2)])
+    await h.until_in_time(lambda: h.committed(0) == 6, step_ms=WINDOW_MS)
+    assert sorted(source_of(w)[1] for w in h.results()) == [0, 1, 2, 3, 4, 5]
+    await h.stop()
+
+
+async def test_a_partition_whose_producer_was_fenced_is_read_again_from_the_offset_committed_after_a_new_one(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    """Out of the group for a while, this member's partition had another owner, who answered records 0-2 and
+    fenced our kept producer: the window it fails is read again from what the other committed, not from its
+    own first offset."""
+    h = eos(tmp_path, digits_signature, clock)
+    await h.start(partitions=(0,))
+    tp = TopicPartition("requests", 0)
+    await h.consumer.revoke({tp})
+    kept = txn_producer(h, 0)
+    await h.consumer.assign({tp})
+    h.send(0, [digits_value() for _ in range(5)])
+    await open_window(h, 5)
+    kept.fenced = True
+    h.cluster.committed[tp] = 3  # the other owner's transaction, applied once our new producer fenced it
+    await h.until_in_time(lambda: h.committed(0) == 5, step_ms=WINDOW_MS)
+    assert txn_producer(h, 0) is not kept
+    assert sorted(source_of(w)[1] for w in h.results()) == [3, 4]
+    await h.stop()
+
+
+async def test_a_partition_whose_committed_offset_cannot_be_read_waits_paused_until_it_can(
+    tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
+) -> None:
+    h = eos(tmp_path, digits_signature, clock)
+    await h.app.start()
+    tp = TopicPartition("requests", 0)
+    h.send(0, [digits_value() for _ in range(5)])
+    h.consumer.committed_error = KafkaTimeoutError()  # the group coordinator does not answer
+    await h.consumer.assign({tp})
+    assert h.app.joined  # the assignment went on
+    assert tp in h.consumer.paused()
+    await h.until_in_time(lambda: h.consumer.committed_reads >= 3, step_ms=WINDOW_MS)  # each window tries again
+    assert h.results() == []  # nothing read from the offset aiokafka had
+    h.cluster.committed[tp] = 2
+    h.consumer.committed_error = None
+    await h.until_in_time(lambda: h.committed(0) == 5, step_ms=WINDOW_MS)
+    assert tp not in h.consumer.paused()
+    assert sorted(source_of(w)[1] for w in h.results()) == [2, 3, 4]
+    await h.stop()
+
+
 async def test_a_producer_that_cannot_start_at_assignment_is_started_by_its_first_window(
     tmp_path: Path, digits_signature: ModelSignature, clock: FakeClock
 ) -> None:
