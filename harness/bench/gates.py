@@ -6,8 +6,11 @@ real ``streaminfer-consumer`` at default settings on a real broker, and keeps tw
 ``--record`` format):
 
 - ``digits.json``: the digits model (``models/digits``): tiny, the Python and Kafka client work per record bound it;
-- ``heavy.json``: a compute-heavy stand-in for MiniLM, whose export needs torch (not installable where these were
-  recorded): a multilayer perceptron on the same ``input`` FLOAT ``[batch, 64]`` (3 hidden layers of
+- ``minilm.json``: the real MiniLM export (``models/minilm/build.py``; skipped when ``--minilm-dir`` holds none) on
+  the bench's text backlog (:func:`harness.bench.data.corpus`, the standard library's docstrings), at the bench's
+  ``max_batch_size`` of 64 rows (``--minilm-batch``): a transformer per row, so ONNX Runtime's time dominates;
+- ``heavy.json``: a compute-heavy model that needs no torch, for machines without the MiniLM export: a multilayer
+  perceptron on the same ``input`` FLOAT ``[batch, 64]`` (3 hidden layers of
   :data:`HIDDEN` units, ReLU, softmax ``probabilities`` FLOAT ``[batch, 10]``; random weights, seed 0), about
   :data:`HIDDEN`\\ ² x 2 multiply-adds per row, so ONNX Runtime's time dominates every other stage.
 
@@ -27,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.bench.data import DIGITS_MODEL, digits_backlog
+from harness.bench.data import DEFAULT_MINILM, DIGITS_MODEL, corpus, digits_backlog, text_backlog
 from harness.bench.measure import new_topics, start_streaminfer, stop
 from producer_tools.gates import Thresholds as GateThresholds
 from producer_tools.gates import figures, gates, record, report, scrape
-from producer_tools.produce import send_all
+from producer_tools.produce import Outgoing, send_all
 
 #: The heavy model's hidden width, units.
 HIDDEN = 2048
@@ -67,12 +70,22 @@ def heavy_model(path: Path) -> Path:
     return path
 
 
-async def one(bootstrap: str, model: Path, name: str, n: int, settle_s: float, window_s: float, out: Path) -> None:
-    """Drain ``n`` digits requests through streaminfer on ``model``; record its scrapes to ``out/<name>.json``."""
+async def one(
+    bootstrap: str,
+    model: Path,
+    name: str,
+    backlog: list[Outgoing],
+    settle_s: float,
+    window_s: float,
+    out: Path,
+    **settings: object,
+) -> None:
+    """Drain ``backlog`` through streaminfer on ``model`` (with ``settings``); record its scrapes to
+    ``out/<name>.json``."""
     tag = uuid.uuid4().hex[:6]
     topics = await new_topics(bootstrap, f"gates-{name}-{tag}")
-    await send_all(bootstrap, topics["requests"], digits_backlog(name[0], n), progress=False)
-    child = start_streaminfer(bootstrap, topics, model, out / f"{name}.log")
+    await send_all(bootstrap, topics["requests"], backlog, progress=False)
+    child = start_streaminfer(bootstrap, topics, model, out / f"{name}.log", **settings)
     try:
         assert child.port is not None
         url = f"http://127.0.0.1:{child.port}"
@@ -93,15 +106,26 @@ def main() -> None:
     p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     p.add_argument("--records", type=int, default=150_000, help="digits backlog, records")
     p.add_argument("--heavy-records", type=int, default=20_000, help="heavy model backlog, records")
+    p.add_argument("--texts", type=int, default=6_000, help="MiniLM backlog, texts")
+    p.add_argument("--minilm-dir", type=Path, default=DEFAULT_MINILM, help="minilm.onnx and tokenizer.json")
+    p.add_argument("--only", choices=("digits", "heavy", "minilm"), default=None, help="record one fixture only")
     p.add_argument("--settle", type=float, default=2.0, help="seconds after readiness before the first scrape")
     p.add_argument("--window", type=float, default=4.0, help="seconds between the scrapes")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    bootstrap = args.bootstrap_servers
-    asyncio.run(one(bootstrap, DIGITS_MODEL, "digits", args.records, args.settle, args.window, args.out))
-    with tempfile.TemporaryDirectory() as tmp:
-        heavy = heavy_model(Path(tmp) / "heavy.onnx")
-        asyncio.run(one(bootstrap, heavy, "heavy", args.heavy_records, args.settle, args.window, args.out))
+    bootstrap, window = args.bootstrap_servers, (args.settle, args.window, args.out)
+    if args.only in (None, "digits"):
+        asyncio.run(one(bootstrap, DIGITS_MODEL, "digits", digits_backlog("d", args.records), *window))
+    if args.only in (None, "heavy"):
+        with tempfile.TemporaryDirectory() as tmp:
+            heavy = heavy_model(Path(tmp) / "heavy.onnx")
+            asyncio.run(one(bootstrap, heavy, "heavy", digits_backlog("h", args.heavy_records), *window))
+    minilm, tokenizer = args.minilm_dir / "minilm.onnx", args.minilm_dir / "tokenizer.json"
+    if args.only in (None, "minilm") and minilm.is_file() and tokenizer.is_file():
+        texts = text_backlog("m", corpus(args.texts))
+        asyncio.run(one(bootstrap, minilm, "minilm", texts, *window, tokenizer_path=tokenizer, max_batch_size=64))
+    elif args.only == "minilm":
+        raise SystemExit(f"python -m harness.bench.gates: no MiniLM in {args.minilm_dir}; run models/minilm/build.py")
 
 
 if __name__ == "__main__":

@@ -104,16 +104,18 @@ def test_each_gate_on_made_figures() -> None:
     assert lines[-1] == f"verdict: {PREPROCESSING}"
 
 
-@pytest.mark.parametrize(("name", "verdicts"), [("digits", {PREPROCESSING, KAFKA}), ("heavy", {COMPUTE})])
+@pytest.mark.parametrize(
+    ("name", "verdicts"), [("digits", {PREPROCESSING, KAFKA}), ("heavy", {COMPUTE}), ("minilm", {COMPUTE})]
+)
 def test_verdicts_on_scrapes_recorded_from_real_runs(
     name: str, verdicts: set[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = FIXTURES / f"{name}.json"
     f = figures(replay(path))
-    assert f.records > 1000, "the recorded window holds the drain"
+    assert f.records > (300 if name == "minilm" else 1000), "the recorded window holds the drain"
     reading = gates(f, Thresholds())
     assert reading.verdict in verdicts, "\n".join(report(f, reading))
-    if name == "heavy":
+    if name in ("heavy", "minilm"):
         assert f.share(["infer"]) > 0.5  # the figure behind it: ONNX Runtime's time dominates
     else:
         assert f.share(["infer"]) < 0.2
