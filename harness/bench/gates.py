@@ -27,6 +27,7 @@ import os
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -78,7 +79,7 @@ async def one(
     settle_s: float,
     window_s: float,
     out: Path,
-    **settings: object,
+    **settings: Any,
 ) -> None:
     """Drain ``backlog`` through streaminfer on ``model`` (with ``settings``); record its scrapes to
     ``out/<name>.json``."""
