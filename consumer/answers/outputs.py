@@ -91,9 +91,12 @@ class Answers:
         if self._enriched is not None:
             results = self._enriched.encode(batch, outputs)
         else:
-            ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in batch]
-            results = self._encoder.encode(ids, rows, chosen)
+            results = self._encoder.encode_ids([w.correlation_id for w in batch], rows, chosen)
         bad = non_finite(chosen, rows, self._signature.whole_outputs)
+        if bad is None and self._enriched is None:  # the common case: every record has its response
+            for work, result in zip(batch, results, strict=True):
+                work.result = result  # type: ignore[assignment]  # the OIP encoder's are all bytes
+            return
         for i, (work, result) in enumerate(zip(batch, results, strict=True)):
             if bad is not None and bad[i]:
                 work.error = non_finite_error(bad[i])
