@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from consumer import fate
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 
 _TOPIC = operator.itemgetter(0)
 _KEY = operator.itemgetter(1)
+_ERROR = operator.attrgetter("error")
+_TOMBSTONE = operator.attrgetter("tombstone")
+_TIMESTAMP = operator.attrgetter("record.timestamp")
 
 
 @dataclass(slots=True)
@@ -295,18 +299,20 @@ class AnswerWriter:
 
 
 def count_answers(metrics: Metrics, works: Sequence[Work], now_ms: float) -> None:
-    """Metrics of acknowledged answers (once per batch) and the log line of each dead letter."""
-    dead = [w for w in works if w.error is not None]
-    tombstones = sum(1 for w in works if w.tombstone)
+    """Metrics of acknowledged answers (once per batch: the records' fields read in bulk, their ages observed as one
+    array) and the log line of each dead letter."""
+    dead = len(works) - list(map(_ERROR, works)).count(None)
+    tombstones = sum(map(_TOMBSTONE, works))
     if tombstones:
         metrics.records.labels("tombstone").inc(tombstones)
-    if len(dead) + tombstones < len(works):
-        metrics.records.labels("result").inc(len(works) - len(dead) - tombstones)
+    if dead + tombstones < len(works):
+        metrics.records.labels("result").inc(len(works) - dead - tombstones)
     if dead:
-        metrics.records.labels("dead_letter").inc(len(dead))
-        for work in dead:
+        metrics.records.labels("dead_letter").inc(dead)
+        for work in works:
             error = work.error
-            assert error is not None
+            if error is None:
+                continue
             metrics.dead_letters.labels(error.reason.value).inc()
             log.warning(
                 "dead-lettered correlation_id=%s reason=%s: %s",
@@ -314,5 +320,6 @@ def count_answers(metrics: Metrics, works: Sequence[Work], now_ms: float) -> Non
                 error.reason.value,
                 error,
             )
-    ages = [max(0.0, now_ms - w.record.timestamp) / 1000.0 for w in works if w.record.timestamp >= 0]
-    metrics.record_age_seconds.observe_many(ages)
+    stamps = np.fromiter(map(_TIMESTAMP, works), dtype=np.float64, count=len(works))
+    stamps = stamps[stamps >= 0]
+    metrics.record_age_seconds.observe_many(np.maximum(0.0, now_ms - stamps) / 1000.0)
