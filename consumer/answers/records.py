@@ -145,11 +145,11 @@ class AnswerRecords:
 
     def many(self, works: Sequence[Work]) -> tuple[list[Answer], int]:
         """The record answering each of ``works``, in order (each what :meth:`of` gives), built in one loop for the
-        common case (an OIP JSON result) without a record object per answer.
+        common cases (an OIP JSON result, an enriched event) without a record object per answer.
 
         Returns:
-            The records, and the key and value bytes of them all when every one is a JSON result with at most three
-            headers (the size ladder's quick check, :meth:`~consumer.answers.ladder.SizeLadder.all_fit`); else -1.
+            The records, and the key and value bytes of the largest when every one has at most three headers (the
+            size ladder's quick check, :meth:`~consumer.answers.ladder.SizeLadder.all_fit`); else -1.
         """
         out: list[Answer] = []
         append = out.append
@@ -158,44 +158,56 @@ class AnswerRecords:
         json_header = _JSON
         correlation = CORRELATION_HEADER
         trace = TRACE_CONTEXT_HEADERS
+        not_copied = NOT_COPIED
         last, stamp = self._stamp
-        size = 0
-        plain = not self._enrich
+        largest = 0  # key and value bytes of the largest answer; -1: one has more than three headers
+        enrich = self._enrich
         for work in works:
             result = work.result
             request = work.request
             if (
-                not plain
-                or result is None
+                result is None
                 or work.error is not None
                 or work.tombstone
-                or work.result_json_length is not None
-                or (request is not None and request.protobuf)
+                or (not enrich and (work.result_json_length is not None or (request is not None and request.protobuf)))
             ):
                 answer = of(work)
                 append(answer)
                 last, stamp = self._stamp
                 if len(answer[3]) > 3:
-                    size = -1
-                elif size >= 0:
-                    size += len(answer[1] or b"") + len(answer[2] or b"")
+                    largest = -1
+                elif largest >= 0:
+                    largest = max(largest, len(answer[1] or b"") + len(answer[2] or b""))
                 continue
             record = work.record
             timestamp = record.timestamp
             if timestamp != last:
                 last, stamp = timestamp, (REQUEST_TIMESTAMP_HEADER, str(timestamp).encode())
                 self._stamp = (last, stamp)
-            headers: Headers = [(correlation, work.correlation_id), json_header, stamp]
             key = record.key
-            for header in record.headers or ():
-                if header[0] in trace:  # rare: the request's trace context goes along
-                    headers += [h for h in record.headers if h[0] in trace]
-                    size = -1
-                    break
-            if size >= 0:
-                size += len(result) + (len(key) if key is not None else 0)
+            request_headers = record.headers
+            headers: Headers
+            if enrich:  # an enriched event: kept_headers
+                headers = [(correlation, work.correlation_id), stamp]
+                for header in request_headers or ():  # a loop: cheaper than a set operation for a header or two
+                    if header[0] not in not_copied:
+                        headers += [h for h in request_headers if h[0] not in not_copied]
+                        if len(headers) > 3:
+                            largest = -1
+                        break
+            else:  # an OIP JSON response: result
+                headers = [(correlation, work.correlation_id), json_header, stamp]
+                for header in request_headers or ():
+                    if header[0] in trace:  # rare: the request's trace context goes along
+                        headers += [h for h in request_headers if h[0] in trace]
+                        largest = -1
+                        break
+            if largest >= 0:
+                size = len(result) + len(key) if key is not None else len(result)
+                if size > largest:
+                    largest = size
             append((topic, key, result, headers))
-        return out, size
+        return out, largest
 
     def of(self, work: Work) -> AnswerRecord:
         """The record answering ``work``: its result (a tombstone's tombstone), or else its dead letter (reduced when
