@@ -271,6 +271,8 @@ def _row_texts(arr: np.ndarray, total: int, width: int) -> list[bytes]:
     flat = json_data(np.ascontiguousarray(arr).reshape(total, width))
     if arr.dtype.kind == "O":  # strings may hold "],[": serialise each row on its own
         return [orjson.dumps(row)[1:-1] for row in flat]
+    if width == 1:  # one number a row (a label): the flat array, cut at its commas (numbers hold none)
+        return orjson.dumps(flat.reshape(total), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
     return orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY)[2:-2].split(b"],[")
 
 
