@@ -55,12 +55,14 @@ class Answers:
         if self._enriched is not None:  # events: one row each, every output, enriched
             self._batch(batch, requests, outputs)
             return
-        if self._sequence is None and all(r.outputs is None and not r.binary_output for r in requests):
-            try:
-                self._batch(batch, requests, outputs)
-                return
-            except (KeyError, TypeError, ValueError):  # an output OIP JSON cannot carry: say so record by record
-                pass
+        if self._sequence is None and requests:
+            asked = requests[0].outputs  # every request asking for the same outputs (or all): one batch encoding
+            if all(r.outputs == asked and not r.binary_output for r in requests):
+                try:
+                    self._batch(batch, requests, outputs, asked)
+                    return
+                except (KeyError, TypeError, ValueError):  # an output OIP JSON cannot carry: say so record by record
+                    pass
         names = self._names
         signature = self._signature
         parts = split(outputs, [r.rows for r in requests], signature.whole_outputs)
@@ -83,10 +85,17 @@ class Answers:
                     DeadLetterReason.INFERENCE_ERROR, f"response cannot be encoded: {type(exc).__name__}: {exc}"
                 )
 
-    def _batch(self, batch: Sequence[Work], requests: Sequence[DecodedRequest], outputs: dict[str, np.ndarray]) -> None:
-        """Every output for every request, encoded for the whole batch; non-finite rows found with one check."""
+    def _batch(
+        self,
+        batch: Sequence[Work],
+        requests: Sequence[DecodedRequest],
+        outputs: dict[str, np.ndarray],
+        asked: tuple[str, ...] | None = None,
+    ) -> None:
+        """The outputs every request asked for (``asked``; None: every output), encoded for the whole batch;
+        non-finite rows found with one check."""
         rows = [r.rows for r in requests]
-        chosen = [(name, outputs[name]) for name in self._names]
+        chosen = [(name, outputs[name]) for name in (asked or self._names)]
         results: Sequence[bytes | RecordError]
         if self._enriched is not None:
             results = self._enriched.encode(batch, outputs)
