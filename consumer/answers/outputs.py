@@ -3,10 +3,10 @@
 Inference hands the room a micro-batch's outputs (:meth:`Answers.shape`); here they are cut back per request (per-token
 outputs of sequence models also to the request's own length), a record whose outputs hold NaN or Inf becomes a
 ``non_finite_output`` dead letter (one vectorised check per output for the batch: :func:`non_finite`), and responses
-are encoded for the whole batch at once (:class:`~consumer.oip.encode.BatchEncoder`), record by record only where a
-request asked for some outputs or the binary extension. Events with enriched results are encoded by
-:class:`consumer.answers.enrich.EnrichedAnswers`. The response formats themselves are OIP's own
-(:mod:`consumer.oip.encode`, :mod:`consumer.oip.proto`).
+are encoded for the whole batch at once (:class:`~consumer.oip.encode.BatchEncoder`; also when every request asked
+for the same outputs), record by record only where requests asked for different outputs or the binary extension.
+Events with enriched results are encoded by :class:`consumer.answers.enrich.EnrichedAnswers`. The response formats
+themselves are OIP's own (:mod:`consumer.oip.encode`, :mod:`consumer.oip.proto`).
 """
 
 from __future__ import annotations

@@ -260,8 +260,8 @@ class AnswerWriter:
     def _fit_all(self, works: Sequence[Work]) -> list[Answer]:
         """Every answer's record, in order, each as :meth:`_fit` gives it (built in bulk, checked against the size
         ladder at once when they are all far below the limit)."""
-        answers, size = self.records.many(works)
-        if not self.ladder.all_fit(size):
+        answers, largest = self.records.many(works)
+        if not self.ladder.all_fit(largest):
             fits = self.ladder.fits
             for i, (work, (_, key, value, headers)) in enumerate(zip(works, answers, strict=True)):
                 if not (work.reduced or fits(key, value, headers)):
