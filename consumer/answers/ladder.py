@@ -37,6 +37,11 @@ class SizeLadder:
             return True  # a result far below the limit: our three headers cannot make up the rest
         return bool(DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers) <= self._max_request_bytes)
 
+    def all_fit(self, largest: int) -> bool:
+        """Whether every record of a write fits, from the key and value bytes of the largest (``largest``, when each
+        has at most three headers; -1 otherwise): :meth:`fits`'s quick check for all of them at once."""
+        return 0 <= largest < self._max_request_bytes // 2
+
     def refused(self, work: Work, exc: BaseException) -> None:
         """The broker refused a produce request holding ``work`` as too large: one rung up."""
         key = (work.tp.topic, work.tp.partition, work.record.offset)

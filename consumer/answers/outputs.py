@@ -3,10 +3,10 @@
 Inference hands the room a micro-batch's outputs (:meth:`Answers.shape`); here they are cut back per request (per-token
 outputs of sequence models also to the request's own length), a record whose outputs hold NaN or Inf becomes a
 ``non_finite_output`` dead letter (one vectorised check per output for the batch: :func:`non_finite`), and responses
-are encoded for the whole batch at once (:class:`~consumer.oip.encode.BatchEncoder`), record by record only where a
-request asked for some outputs or the binary extension. Events with enriched results are encoded by
-:class:`consumer.answers.enrich.EnrichedAnswers`. The response formats themselves are OIP's own
-(:mod:`consumer.oip.encode`, :mod:`consumer.oip.proto`).
+are encoded for the whole batch at once (:class:`~consumer.oip.encode.BatchEncoder`; also when every request asked
+for the same outputs), record by record only where requests asked for different outputs or the binary extension.
+Events with enriched results are encoded by :class:`consumer.answers.enrich.EnrichedAnswers`. The response formats
+themselves are OIP's own (:mod:`consumer.oip.encode`, :mod:`consumer.oip.proto`).
 """
 
 from __future__ import annotations
@@ -55,12 +55,14 @@ class Answers:
         if self._enriched is not None:  # events: one row each, every output, enriched
             self._batch(batch, requests, outputs)
             return
-        if self._sequence is None and all(r.outputs is None and not r.binary_output for r in requests):
-            try:
-                self._batch(batch, requests, outputs)
-                return
-            except (KeyError, TypeError, ValueError):  # an output OIP JSON cannot carry: say so record by record
-                pass
+        if self._sequence is None and requests:
+            asked = requests[0].outputs  # every request asking for the same outputs (or all): one batch encoding
+            if all(r.outputs == asked and not r.binary_output for r in requests):
+                try:
+                    self._batch(batch, requests, outputs, asked)
+                    return
+                except (KeyError, TypeError, ValueError):  # an output OIP JSON cannot carry: say so record by record
+                    pass
         names = self._names
         signature = self._signature
         parts = split(outputs, [r.rows for r in requests], signature.whole_outputs)
@@ -83,17 +85,27 @@ class Answers:
                     DeadLetterReason.INFERENCE_ERROR, f"response cannot be encoded: {type(exc).__name__}: {exc}"
                 )
 
-    def _batch(self, batch: Sequence[Work], requests: Sequence[DecodedRequest], outputs: dict[str, np.ndarray]) -> None:
-        """Every output for every request, encoded for the whole batch; non-finite rows found with one check."""
+    def _batch(
+        self,
+        batch: Sequence[Work],
+        requests: Sequence[DecodedRequest],
+        outputs: dict[str, np.ndarray],
+        asked: tuple[str, ...] | None = None,
+    ) -> None:
+        """The outputs every request asked for (``asked``; None: every output), encoded for the whole batch;
+        non-finite rows found with one check."""
         rows = [r.rows for r in requests]
-        chosen = [(name, outputs[name]) for name in self._names]
+        chosen = [(name, outputs[name]) for name in (asked or self._names)]
         results: Sequence[bytes | RecordError]
         if self._enriched is not None:
             results = self._enriched.encode(batch, outputs)
         else:
-            ids = [w.correlation_id.decode("utf-8", "backslashreplace") for w in batch]
-            results = self._encoder.encode(ids, rows, chosen)
+            results = self._encoder.encode_ids([w.correlation_id for w in batch], rows, chosen)
         bad = non_finite(chosen, rows, self._signature.whole_outputs)
+        if bad is None and self._enriched is None:  # the common case: every record has its response
+            for work, result in zip(batch, results, strict=True):
+                work.result = result  # type: ignore[assignment]  # the OIP encoder's are all bytes
+            return
         for i, (work, result) in enumerate(zip(batch, results, strict=True)):
             if bad is not None and bad[i]:
                 work.error = non_finite_error(bad[i])

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from consumer import fate
 from consumer.answers.ladder import SizeLadder, shrink
-from consumer.answers.records import AnswerRecord, AnswerRecords
+from consumer.answers.records import Answer, AnswerRecords
 from consumer.errors import TOO_LARGE, NotSentError
 from consumer.kafka.clients import BatchLike, ProducerClient
 from consumer.kafka.partitioner import partitions_for_keys
@@ -28,6 +30,12 @@ from consumer.ops.metrics import Metrics
 from consumer.work import Work, loggable
 
 log = logging.getLogger(__name__)
+
+_TOPIC = operator.itemgetter(0)
+_KEY = operator.itemgetter(1)
+_ERROR = operator.attrgetter("error")
+_TOMBSTONE = operator.attrgetter("tombstone")
+_TIMESTAMP = operator.attrgetter("record.timestamp")
 
 
 @dataclass(slots=True)
@@ -56,7 +64,7 @@ class Routed:
     """:meth:`AnswerWriter.route`'s answers: each one's record and destination (topic, partition), in order, or the
     error that left them without destinations (no metadata)."""
 
-    answers: list[AnswerRecord]
+    answers: list[Answer]
     destinations: list[tuple[str, int]]
     error: BaseException | None = None
 
@@ -122,7 +130,7 @@ class AnswerWriter:
         cost, not its per-key one, would otherwise dominate). Never raises: a failure is kept in the result."""
         started = self._clock()
         try:
-            answers = [self._fit(work) for work in works]
+            answers = self._fit_all(works)
             try:
                 return Routed(answers, await self._destinations(producer, answers))
             except KafkaError as exc:  # no metadata (broker unreachable)
@@ -156,7 +164,7 @@ class AnswerWriter:
         self._waited = 0.0
         try:
             if routed is None:
-                answers = [self._fit(work) for work in works]
+                answers = self._fit_all(works)
                 try:
                     destinations = await self._destinations(producer, answers)
                 except KafkaError as exc:  # no metadata (broker unreachable): this round is retried
@@ -225,31 +233,42 @@ class AnswerWriter:
         return action
 
     @staticmethod
-    async def _destinations(producer: ProducerClient, answers: list[AnswerRecord]) -> list[tuple[str, int]]:
+    async def _destinations(producer: ProducerClient, answers: list[Answer]) -> list[tuple[str, int]]:
         """(topic, partition) of every answer record: the partition ``send`` would choose for its key.
 
         Raises:
             aiokafka.errors.KafkaError: a topic's metadata cannot be had.
         """
-        topics = {answer.topic for answer in answers}
+        topics = set(map(_TOPIC, answers))
         if len(topics) == 1:  # the common case (every answer a result, or every one a dead letter): no regrouping
             (topic,) = topics
             partitions = sorted(await producer.partitions_for(topic))
             destination = {partition: (topic, partition) for partition in partitions}
-            return [destination[p] for p in partitions_for_keys([answer.key for answer in answers], partitions)]
+            return list(map(destination.__getitem__, partitions_for_keys(list(map(_KEY, answers)), partitions)))
         by_topic: dict[str, list[int]] = {}
         for i, answer in enumerate(answers):
-            by_topic.setdefault(answer.topic, []).append(i)
+            by_topic.setdefault(answer[0], []).append(i)
         out: list[tuple[str, int]] = [("", 0)] * len(answers)
         for topic, index in by_topic.items():
             partitions = sorted(await producer.partitions_for(topic))
             for i, partition in zip(
-                index, partitions_for_keys([answers[i].key for i in index], partitions), strict=True
+                index, partitions_for_keys([answers[i][1] for i in index], partitions), strict=True
             ):
                 out[i] = (topic, partition)
         return out
 
-    def _fit(self, work: Work) -> AnswerRecord:
+    def _fit_all(self, works: Sequence[Work]) -> list[Answer]:
+        """Every answer's record, in order, each as :meth:`_fit` gives it (built in bulk, checked against the size
+        ladder at once when they are all far below the limit)."""
+        answers, largest = self.records.many(works)
+        if not self.ladder.all_fit(largest):
+            fits = self.ladder.fits
+            for i, (work, (_, key, value, headers)) in enumerate(zip(works, answers, strict=True)):
+                if not (work.reduced or fits(key, value, headers)):
+                    answers[i] = self._fit(work)
+        return answers
+
+    def _fit(self, work: Work) -> Answer:
         """The answer's record, shrunk (result -> dead letter -> reduced) while the client would refuse it."""
         while True:
             answer = self.records.of(work)
@@ -280,18 +299,20 @@ class AnswerWriter:
 
 
 def count_answers(metrics: Metrics, works: Sequence[Work], now_ms: float) -> None:
-    """Metrics of acknowledged answers (once per batch) and the log line of each dead letter."""
-    dead = [w for w in works if w.error is not None]
-    tombstones = sum(1 for w in works if w.tombstone)
+    """Metrics of acknowledged answers (once per batch: the records' fields read in bulk, their ages observed as one
+    array) and the log line of each dead letter."""
+    dead = len(works) - list(map(_ERROR, works)).count(None)
+    tombstones = sum(map(_TOMBSTONE, works))
     if tombstones:
         metrics.records.labels("tombstone").inc(tombstones)
-    if len(dead) + tombstones < len(works):
-        metrics.records.labels("result").inc(len(works) - len(dead) - tombstones)
+    if dead + tombstones < len(works):
+        metrics.records.labels("result").inc(len(works) - dead - tombstones)
     if dead:
-        metrics.records.labels("dead_letter").inc(len(dead))
-        for work in dead:
+        metrics.records.labels("dead_letter").inc(dead)
+        for work in works:
             error = work.error
-            assert error is not None
+            if error is None:
+                continue
             metrics.dead_letters.labels(error.reason.value).inc()
             log.warning(
                 "dead-lettered correlation_id=%s reason=%s: %s",
@@ -299,5 +320,6 @@ def count_answers(metrics: Metrics, works: Sequence[Work], now_ms: float) -> Non
                 error.reason.value,
                 error,
             )
-    ages = [max(0.0, now_ms - w.record.timestamp) / 1000.0 for w in works if w.record.timestamp >= 0]
-    metrics.record_age_seconds.observe_many(ages)
+    stamps = np.fromiter(map(_TIMESTAMP, works), dtype=np.float64, count=len(works))
+    stamps = stamps[stamps >= 0]
+    metrics.record_age_seconds.observe_many(np.maximum(0.0, now_ms - stamps) / 1000.0)

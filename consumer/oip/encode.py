@@ -19,8 +19,9 @@ ZipMap output (a dense ``[rows, classes]`` FP32 tensor) lists its class labels i
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -29,6 +30,10 @@ from consumer.oip.wire import le_bytes
 from consumer.signature import BF16, NUMPY_TO_OIP, ModelSignature, TensorSpec
 
 Outputs = Sequence[tuple[str, np.ndarray]]
+
+#: A byte orjson would not write as itself in a JSON string (control characters, ``"``, ``\\``) or that is not ASCII:
+#: correlation IDs free of them are spliced into responses as they are (:meth:`BatchEncoder.encode_ids`).
+_NOT_VERBATIM = re.compile(rb"[^\x20\x21\x23-\x5b\x5d-\x7f]")
 
 
 def json_data(arr: np.ndarray) -> Any:
@@ -106,6 +111,26 @@ def _response(response_id: str, signature: ModelSignature, outputs: Outputs, *, 
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+#: Response layouts kept per encoder (one per output shape; sequence models' per-token outputs have one per padded
+#: length): past it, the cache starts again.
+MAX_LAYOUTS = 256
+
+
+class _Layout(NamedTuple):
+    """The fixed parts of the responses to one set of outputs (names, dtypes, shapes but the batch axis).
+
+    Attributes:
+        statics: per output, (before the rows count, before the data), or the whole entry of an output without a
+            batch axis.
+        widths: per batched output, its values per row.
+        templates: rows of a request -> its response template (:meth:`BatchEncoder._template`).
+    """
+
+    statics: list[tuple[bytes, bytes] | bytes]
+    widths: list[int]
+    templates: dict[int, bytes]
+
+
 class BatchEncoder:
     """JSON responses of every request of a micro-batch, from the batch's outputs, with one serialiser call per
     output instead of one per record.
@@ -128,6 +153,20 @@ class BatchEncoder:
             + orjson.dumps(signature.version)
             + b',"outputs":['
         )
+        self._layouts: dict[tuple[Any, ...], _Layout] = {}
+
+    def encode_ids(self, correlation_ids: Sequence[bytes], rows: Sequence[int], outputs: Outputs) -> list[bytes]:
+        """:meth:`encode` with each response's ``id`` the request's correlation ID as text (its bytes as UTF-8,
+        others as backslash escapes): IDs of plain ASCII text (the common case) are spliced as they are, without a
+        ``str`` and a serialiser call per request.
+
+        Raises:
+            KeyError, TypeError: as :meth:`encode`.
+        """
+        if _NOT_VERBATIM.search(b"".join(correlation_ids)) is None:
+            return self._encode(correlation_ids, rows, outputs, quoted=True)
+        ids = [orjson.dumps(c.decode("utf-8", "backslashreplace")) for c in correlation_ids]
+        return self._encode(ids, rows, outputs, quoted=False)
 
     def encode(self, ids: Sequence[str], rows: Sequence[int], outputs: Outputs) -> list[bytes]:
         """The response of each request, in order.
@@ -145,9 +184,53 @@ class BatchEncoder:
             KeyError: an output's dtype has no OIP datatype.
             TypeError: orjson cannot serialise an output (orjson.JSONEncodeError).
         """
+        return self._encode([orjson.dumps(i) for i in ids], rows, outputs, quoted=False)
+
+    def _encode(self, ids: Sequence[bytes], rows: Sequence[int], outputs: Outputs, *, quoted: bool) -> list[bytes]:
+        """:meth:`encode` of ``ids`` already JSON strings (``quoted`` False) or text that is its own JSON string
+        content (``quoted`` True: the template holds the quotes)."""
         total = sum(rows)
-        statics: list[tuple[bytes, bytes] | bytes] = []  # per output: (before the rows count, before the data)
+        key = (quoted, *((name, arr.dtype, arr.shape[1:]) for name, arr in outputs))
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layout(outputs)
+            if not any(isinstance(static, bytes) for static in layout.statics):  # a whole output's data is in it
+                if len(self._layouts) >= MAX_LAYOUTS:
+                    self._layouts.clear()
+                self._layouts[key] = layout
+        statics, templates = layout.statics, layout.templates
         texts: list[list[bytes] | None] = []  # per batched output: each row's data text (None: rows are empty)
+        batched = (arr for (_, arr), static in zip(outputs, statics, strict=True) if isinstance(static, tuple))
+        for arr, width in zip(batched, layout.widths, strict=True):
+            texts.append(_row_texts(arr, total, width) if width else None)
+        if total == len(rows):  # one row per request (the common case): whole columns at once
+            template = templates.get(1) or templates.setdefault(1, self._template(1, statics, quoted))
+            columns = [t if t is not None else [b""] * total for t in texts]
+            if len(columns) == 1:
+                return [template % pair for pair in zip(ids, columns[0], strict=True)]
+            if len(columns) == 2:
+                return [template % triple for triple in zip(ids, columns[0], columns[1], strict=True)]
+            rows_data = zip(*columns, strict=True) if columns else itertools.repeat(())
+            return [template % (i, *data) for i, data in zip(ids, rows_data, strict=False)]
+        responses = []
+        start = 0
+        for response_id, n in zip(ids, rows, strict=True):
+            cached = templates.get(n)
+            template = cached if cached is not None else templates.setdefault(n, self._template(n, statics, quoted))
+            data = tuple(b"" if t is None else t[start] if n == 1 else b",".join(t[start : start + n]) for t in texts)
+            responses.append(template % (response_id, *data))
+            start += n
+        return responses
+
+    def _layout(self, outputs: Outputs) -> _Layout:
+        """The fixed parts of the responses to a batch of ``outputs`` (see :class:`_Layout`).
+
+        Raises:
+            KeyError: an output's dtype has no OIP datatype.
+            TypeError: orjson cannot serialise an output without a batch axis.
+        """
+        statics: list[tuple[bytes, bytes] | bytes] = []
+        widths: list[int] = []
         for index, (name, arr) in enumerate(outputs):
             spec = self._signature.output(name)
             comma = b"," if index else b""
@@ -165,28 +248,14 @@ class BatchEncoder:
                 else b""
             )
             statics.append((prefix, dims + b'],"datatype":"' + datatype.encode() + b'"' + parameters + b',"data":['))
-            width = int(np.prod(arr.shape[1:], dtype=np.int64))
-            texts.append(_row_texts(arr, total, width) if width else None)
-        if total == len(rows):  # one row per request (the common case): whole columns at once
-            template = self._template(1, statics)
-            columns = [t if t is not None else [b""] * total for t in texts]
-            rows_data = zip(*columns, strict=True) if columns else itertools.repeat(())
-            return [template % (orjson.dumps(i), *data) for i, data in zip(ids, rows_data, strict=False)]
-        templates: dict[int, bytes] = {}
-        responses = []
-        start = 0
-        for response_id, n in zip(ids, rows, strict=True):
-            cached = templates.get(n)
-            template = cached if cached is not None else templates.setdefault(n, self._template(n, statics))
-            data = tuple(b"" if t is None else t[start] if n == 1 else b",".join(t[start : start + n]) for t in texts)
-            responses.append(template % (orjson.dumps(response_id), *data))
-            start += n
-        return responses
+            widths.append(int(np.prod(arr.shape[1:], dtype=np.int64)))
+        return _Layout(statics, widths, {})
 
-    def _template(self, rows: int, statics: list[tuple[bytes, bytes] | bytes]) -> bytes:
-        """The response of a request of ``rows`` rows with ``%b`` for its id and each batched output's data."""
+    def _template(self, rows: int, statics: list[tuple[bytes, bytes] | bytes], quoted: bool = False) -> bytes:
+        """The response of a request of ``rows`` rows with ``%b`` for its id (a JSON string, or its content when
+        ``quoted``) and each batched output's data."""
         count = str(rows).encode()
-        parts = [b'{"id":%b', self._head.replace(b"%", b"%%")]
+        parts = [b'{"id":"%b"' if quoted else b'{"id":%b', self._head.replace(b"%", b"%%")]
         for static in statics:
             if isinstance(static, bytes):  # an output without a batch axis, whole
                 parts.append(static.replace(b"%", b"%%"))
@@ -202,6 +271,8 @@ def _row_texts(arr: np.ndarray, total: int, width: int) -> list[bytes]:
     flat = json_data(np.ascontiguousarray(arr).reshape(total, width))
     if arr.dtype.kind == "O":  # strings may hold "],[": serialise each row on its own
         return [orjson.dumps(row)[1:-1] for row in flat]
+    if width == 1:  # one number a row (a label): the flat array, cut at its commas (numbers hold none)
+        return orjson.dumps(flat.reshape(total), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
     return orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY)[2:-2].split(b"],[")
 
 

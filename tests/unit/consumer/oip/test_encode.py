@@ -92,3 +92,31 @@ def test_binary_bytes_and_bf16_follow_triton_layout() -> None:
     tail = value[json_length:]
     assert tail[:12] == b"\x02\x00\x00\x00ab\x02\x00\x00\x00\xc3\xa9"
     assert np.frombuffer(tail[12:], "<u2").view(BF16).tolist() == [1.0, -2.0]
+
+
+#: Correlation IDs spliced as they are (plain ASCII, ``%`` and DEL included) and ones that are not: a quote, a
+#: backslash, control characters, UTF-8 text, bytes that are not UTF-8.
+PLAIN_IDS = [b"req-1", b"a%sb%%", b"{}[],:/\x7f", b""]
+ODD_IDS = [b'q"uote', b"back\\slash", b"tab\there\n", "caf\u00e9 \u2603".encode(), b"\xff\xfe-not-utf8"]
+
+
+@pytest.mark.parametrize("ids", [PLAIN_IDS, ODD_IDS, PLAIN_IDS + ODD_IDS[:1]])
+@pytest.mark.parametrize("rows", [None, 2])
+@pytest.mark.parametrize("whole", [False, True])
+def test_encode_ids_equals_encode_of_the_ids_as_text(ids: list[bytes], rows: int | None, whole: bool) -> None:
+    counts = [1] * len(ids) if rows is None else [rows] * len(ids)
+    total = sum(counts)
+    encoder = BatchEncoder(KINDS)
+    for width in (3, 3, 4):  # the layout is cached for a width, and made again for another
+        outputs = [
+            ("label", np.array([f"c{i}" for i in range(total)], dtype=object)),
+            ("probability", np.arange(total * width, dtype=np.float32).reshape(total, width) / 8),
+            ("table", np.array([width, total], np.int64)),  # whole: its data is never cached
+        ][: 3 if whole else 2]
+        texts = [i.decode("utf-8", "backslashreplace") for i in ids]
+        assert encoder.encode_ids(ids, counts, outputs) == encoder.encode(texts, counts, outputs)
+        start = 0
+        for text, n, value in zip(texts, counts, encoder.encode_ids(ids, counts, outputs), strict=True):
+            part = [(name, arr if name == "table" else arr[start : start + n]) for name, arr in outputs]
+            assert value == encode_response(text, KINDS, part)
+            start += n
