@@ -25,14 +25,21 @@ def murmur2_many(keys: Sequence[bytes]) -> np.ndarray:
         ``uint32`` array, one hash per key, equal to aiokafka's ``murmur2(key)``.
     """
     out = np.empty(len(keys), dtype=np.uint32)
-    by_length: dict[int, list[int]] = {}
-    for i, key in enumerate(keys):
-        by_length.setdefault(len(key), []).append(i)
+    lengths = set(map(len, keys))
+    groups: list[tuple[int, slice | list[int]]]
+    if len(lengths) == 1:  # the usual case (correlation IDs of one format): no per-key grouping
+        groups = [(lengths.pop(), slice(None))]
+    else:
+        by_length: dict[int, list[int]] = {}
+        for i, key in enumerate(keys):
+            by_length.setdefault(len(key), []).append(i)
+        groups = list(by_length.items())
     with np.errstate(over="ignore"):
-        for length, index in by_length.items():
-            n = len(index)
+        for length, index in groups:
+            chosen = keys if type(index) is slice else [keys[i] for i in index]
+            n = len(chosen)
             h = np.full(n, (_SEED ^ length) & 0xFFFFFFFF, dtype=np.uint32)
-            data = np.frombuffer(b"".join(keys[i] for i in index), dtype=np.uint8).reshape(n, length)
+            data = np.frombuffer(b"".join(chosen), dtype=np.uint8).reshape(n, length)
             words = length // 4
             if words:
                 block = np.ascontiguousarray(data[:, : words * 4]).view("<u4").astype(np.uint32)
@@ -62,6 +69,10 @@ def partitions_for_keys(keys: Sequence[bytes | None], partitions: Sequence[int])
     """The partition of each key among ``partitions`` (sorted ids): murmur2 for a key, random for None."""
     if not partitions:
         raise ValueError("a topic has at least one partition")
+    if None not in keys:  # every key set (the usual case): one array index, no per-key loop
+        hashes = murmur2_many(keys)  # type: ignore[arg-type]  # keys holds no None
+        indices = (hashes & np.uint32(0x7FFFFFFF)) % np.uint32(len(partitions))
+        return np.asarray(partitions)[indices].tolist()  # type: ignore[no-any-return]
     keyed = [i for i, key in enumerate(keys) if key is not None]
     chosen = [0] * len(keys)
     if keyed:

@@ -27,3 +27,14 @@ def test_records_without_a_key_go_to_some_partition() -> None:
     chosen = partitions_for_keys([None, b"a", None], [4, 7])
     assert chosen[1] == DefaultPartitioner()(b"a", [4, 7], [4, 7])
     assert {chosen[0], chosen[2]} <= {4, 7}
+
+
+def test_keys_of_one_length_take_the_ungrouped_path_and_agree() -> None:
+    rng = random.Random(3)
+    for length in range(0, 41):
+        keys = [bytes(rng.randrange(256) for _ in range(length)) for _ in range(50)]
+        assert [int(h) for h in murmur2_many(keys)] == [murmur2(k) for k in keys]
+        for partitions in ([0], [3, 5, 8], list(range(7))):
+            want = [DefaultPartitioner()(k, partitions, partitions) for k in keys]
+            assert partitions_for_keys(keys, partitions) == want
+    assert partitions_for_keys([], [0, 1]) == []
