@@ -24,6 +24,7 @@ from enum import Enum
 from itertools import repeat
 from typing import Any, Final, Literal, cast
 
+import numpy as np
 import orjson
 
 from consumer.errors import DeadLetterReason, DecodeError, RecordError, ValidationError
@@ -91,9 +92,14 @@ class EventDecoder:
         :class:`~consumer.work.Event`, a :class:`~consumer.errors.RecordError`, or :data:`TOMBSTONE`."""
         uniform = self._uniform(values)
         if uniform is not None:
-            chunk, chunk_raws, chunk_schema = uniform
+            chunk, chunk_raws, chunk_schema, columns = uniform
             numbers = chunk_schema is not None and self._numeric(chunk_schema)
-            chunk_block, chunk_errors = self._mapping.tensors(chunk, numbers)
+            read = self._mapping.number_columns(columns, len(chunk)) if numbers and columns is not None else None
+            chunk_errors: list[RecordError | None]
+            if read is not None:
+                chunk_block, chunk_errors = read, []  # (no event has an error)
+            else:
+                chunk_block, chunk_errors = self._mapping.tensors(chunk, numbers)
             if not any(chunk_errors):
                 requests = list(
                     map(
@@ -174,12 +180,14 @@ class EventDecoder:
 
     def _uniform(
         self, values: Sequence[bytes | None]
-    ) -> tuple[list[dict[str, Any]], Sequence[bytes | memoryview], int | None] | None:
+    ) -> tuple[list[dict[str, Any]], Sequence[bytes | memoryview], int | None, dict[str, np.ndarray] | None] | None:
         """The common chunk's events at once: every value bytes within ``max_record_bytes``; json: each an object
         (no registry frame), avro: each of one known usable writer schema, decoded to a record
         (:func:`~consumer.events.avro.decode`); no event holding a field the result writes. (events, their
         raw bytes, the schema ID or None); None when any record is anything else: the chunk is then decoded record
-        by record, which names each culprit."""
+        by record, which names each culprit. Avro read by its layout (:class:`~consumer.events.avro.FixedTail`)
+        also gives its top-level number fields as columns (:meth:`~consumer.events.avro.FixedTail.read_columns`),
+        else that is None."""
         if not values or set(map(type, values)) != {bytes}:
             return None
         plain = cast("Sequence[bytes]", values)  # all bytes: checked above
@@ -190,6 +198,7 @@ class EventDecoder:
         events: list[Any] | None
         raws: Sequence[bytes | memoryview]
         schema_id: int | None = None
+        columns: dict[str, np.ndarray] | None = None
         if self._format == "json":
             if avro.MAGIC in firsts:
                 return None
@@ -211,8 +220,11 @@ class EventDecoder:
             if schema_id not in self._layouts:
                 self._layouts[schema_id] = avro.FixedTail.of(known.parsed)
             layout = self._layouts[schema_id]
-            events = layout.read(payloads) if layout is not None else None
-            if events is None:
+            read = layout.read_columns(payloads) if layout is not None else None
+            events = None
+            if read is not None:
+                events, columns = read
+            else:
                 parsed, decode = known.parsed, avro.decode
                 try:
                     events = [decode(parsed, payload) for payload in payloads]
@@ -224,7 +236,7 @@ class EventDecoder:
         for name in self._clash:
             if any(map(operator.contains, events, repeat(name))):
                 return None
-        return events, raws, schema_id
+        return events, raws, schema_id, columns
 
     def _numeric(self, schema_id: int | None) -> bool:
         """Whether the records of writer schema ``schema_id`` hold every mapped field as a number
