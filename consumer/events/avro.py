@@ -24,8 +24,9 @@ BYTES; an output of more than one value per row is an ``array`` of them (nested 
 specification's binary encoding for those types only (zigzag varint ``long`` lengths, length-prefixed UTF-8 strings,
 little-endian IEEE 754 doubles and floats) beside fastavro, which reads everything else, every chunk it cannot read
 exactly, and is its oracle in the tests. Measured on the bench's Avro events (in-process, process CPU time, min of
-9): ``EventDecoder.decode`` 3.5-4.3 us per event with it, 7.1-7.6 without (fastavro datum by datum, then the
-tensors from the datums); the reader alone 2.8 us a datum against fastavro's 5.6.
+9, the consumer's garbage-collector settings, chunks of 500): ``EventDecoder.decode`` 1.5-1.8 us per event with it
+(the tensors from its number columns, the datums built only if looked at), 7.6-7.9 without (fastavro datum by
+datum, then the tensors from the datums); the reader alone, datums built, 2.8 us a datum against fastavro's 5.6.
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ class FixedTail:
     **Why it exists** (measured in-process, process CPU time, min of 9, the consumer's garbage-collector settings,
     chunks of 500 of the bench's Avro events: a string, 30 doubles, a nested record of a string, a string): it reads
     a datum in 2.8 us where fastavro's ``schemaless_reader`` takes 5.6, and its number columns feed the tensors
-    without the datums (:meth:`read_columns`): ``EventDecoder.decode`` takes 3.5-4.3 us per event with it, 7.1-7.6
-    without. It is the largest per-record cost of the Avro path that is not the Kafka client's.
+    without the datums, which are built only when looked at (:meth:`read_columns`, :class:`Datums`):
+    ``EventDecoder.decode`` takes 1.5-1.8 us per event with it, 7.6-7.9 without (fastavro was the largest per-record
+    cost of the Avro path that is not the Kafka client's).
 
     **Its format** is the Avro specification's binary encoding (https://avro.apache.org/docs/current/specification/,
     "Binary Encoding"): a record is its fields' encodings one after another in schema order, nested records inline; a
@@ -174,13 +176,12 @@ class FixedTail:
         """Each payload's datum; None when one is not exactly such a datum (a bad length, bytes short or left over,
         a string that is not UTF-8): :func:`decode` then names its error."""
         read = self.read_columns(payloads)
-        return None if read is None else read[0]
+        return None if read is None else read[0].all()
 
-    def read_columns(
-        self, payloads: Sequence[bytes | memoryview]
-    ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]] | None:
-        """(each payload's datum, each top-level number field -> its values over the chunk: ``[len(payloads)]``
-        little-endian float64 (a ``double``) or float32 (a ``float``) in payload order); None as :meth:`read`."""
+    def read_columns(self, payloads: Sequence[bytes | memoryview]) -> tuple[Datums, dict[str, np.ndarray]] | None:
+        """(the payloads' datums, built when asked for; each top-level number field -> its values over the chunk:
+        ``[len(payloads)]`` little-endian float64 (a ``double``) or float32 (a ``float``) in payload order); None as
+        :meth:`read`."""
         steps = self.steps
         columns: list[list[Any]] = [[] for _ in steps]  # a string step's strings; a number run's bytes
         sinks = [
@@ -213,18 +214,59 @@ class FixedTail:
                     return None
         except (IndexError, UnicodeDecodeError):
             return None
+        steps_read: list[list[str] | np.ndarray] = [
+            column if step is None else np.frombuffer(b"".join(column), dtype=step)
+            for column, step in zip(columns, steps, strict=True)
+        ]
+        numbers = {name: steps_read[k][field] for name, (k, field) in self.numbers.items()}  # type: ignore[call-overload]
+        return Datums(self.shape, steps_read, len(payloads)), numbers
+
+
+class Datums:
+    """A chunk's datums as :meth:`FixedTail.read_columns` read them, built when asked for: all at once
+    (:meth:`all`, column by column) or one (:meth:`datum`, for an event whose fields are looked at later).
+
+    Args:
+        shape: the record's fields' names and nesting.
+        steps: per step of the layout, in encoding order: a string step's strings (one per datum), or a number run's
+            structured array (one element per datum).
+        rows: the datums.
+    """
+
+    __slots__ = ("_rows", "_shape", "_steps")
+
+    def __init__(self, shape: _Shape, steps: list[list[str] | np.ndarray], rows: int) -> None:
+        self._shape = shape
+        self._steps = steps
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return self._rows
+
+    @property
+    def names(self) -> list[str]:
+        """The record's top-level field names, in schema order (every datum has exactly these)."""
+        return [name for name, _ in self._shape]
+
+    def all(self) -> list[dict[str, Any]]:
+        """Every datum (dicts in schema order, numbers as Python floats: as fastavro reads them)."""
         leaves: list[list[Any]] = []
-        arrays: list[np.ndarray | None] = []
-        for column, step in zip(columns, steps, strict=True):
-            if step is None:
-                leaves.append(column)
-                arrays.append(None)
-                continue
-            arr = np.frombuffer(b"".join(column), dtype=step)
-            arrays.append(arr)
-            leaves.extend(arr[name].tolist() for name in step.names or ())  # Python floats, as fastavro reads them
-        numbers = {name: arrays[k][field] for name, (k, field) in self.numbers.items()}  # type: ignore[index]
-        return _datums(self.shape, iter(leaves)), numbers
+        for step in self._steps:
+            if isinstance(step, list):
+                leaves.append(step)
+            else:
+                leaves.extend(step[name].tolist() for name in step.dtype.names or ())
+        return _datums(self._shape, iter(leaves))
+
+    def datum(self, i: int) -> dict[str, Any]:
+        """Datum ``i`` (as :meth:`all` gives it)."""
+        leaves: list[list[Any]] = []
+        for step in self._steps:
+            if isinstance(step, list):
+                leaves.append([step[i]])
+            else:
+                leaves.extend([v] for v in step[i].tolist())
+        return _datums(self._shape, iter(leaves))[0]
 
 
 def _shape(schema: Any, leaves: list[tuple[str, tuple[str, ...]]], path: tuple[str, ...]) -> _Shape | None:

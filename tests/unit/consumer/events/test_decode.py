@@ -292,16 +292,21 @@ async def test_an_avro_chunk_read_at_once_feeds_the_tensors_from_its_number_colu
     uniform = decoder._uniform(good)
     assert uniform is not None
     assert uniform[3] is not None  # read by the layout, with its number columns
-    assert mapping.number_columns(uniform[3], len(good)) is not None
+    assert mapping.number_columns(uniform[3][1], len(good)) is not None
     out = decoder.decode(good)
+    first = out[0]
+    assert isinstance(first, DecodedRequest)
+    assert first.event is not None
+    assert first.event._fields is None  # built only when looked at (nothing on the serving path does)
     same_outcomes(out, general(decoder).decode(good))
+    assert first.event._fields is not None  # (built by the comparison, and kept)
     assert [o.inputs["ratio"].dtype for o in out if isinstance(o, DecodedRequest)] == [np.float64] * 8
     for odd in (float("nan"), float("inf"), 1e39):  # not finite, or beyond float32: the events' path decides
         values = [*good[:2], frame(schema_id, avro_bytes(schema, {**datums[2], "amount": odd})), *good[3:]]
         uniform = decoder._uniform(values)
         assert uniform is not None
         assert uniform[3] is not None
-        assert mapping.number_columns(uniform[3], len(values)) is None
+        assert mapping.number_columns(uniform[3][1], len(values)) is None
         got = decoder.decode(values)
         assert outcome(got[2]) == ("request" if odd != odd else R.WRONG_TYPE)  # as the general path has it
         want = general(decoder).decode(values)
