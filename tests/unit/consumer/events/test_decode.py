@@ -17,7 +17,7 @@ from consumer.events.avro import frame
 from consumer.events.avro import parse as avro_parse
 from consumer.events.decode import TOMBSTONE, EventDecoder
 from consumer.events.mapping import load_mapping
-from consumer.events.registry import Schemas
+from consumer.events.registry import Schemas, schema_ids
 from consumer.json_object import record_json
 from consumer.signature import ModelSignature, TensorSpec
 from consumer.timeouts import Backoff
@@ -319,3 +319,12 @@ async def test_an_avro_chunk_read_at_once_feeds_the_tensors_from_its_number_colu
             assert got[2].inputs["amount"].tobytes() == want[2].inputs["amount"].tobytes()
         else:
             same_outcomes(got[2:3], want[2:3])
+
+
+def test_schema_ids_of_a_chunk_with_and_without_tombstones() -> None:
+    values: list[bytes | None] = [frame(7, b"a"), frame(7, b""), frame(300, b"xyz"), b"", b"\x00\x00\x00", b"{}"]
+    values += [b"\x01\x00\x00\x00\x09", frame(2**31, b"z")]
+    assert schema_ids(values) == {7, 300, 2**31}  # short, empty and unframed values have none
+    assert schema_ids([*values, None]) == {7, 300, 2**31}  # the record-by-record loop
+    assert schema_ids([None]) == set()
+    assert schema_ids([]) == set()
