@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -234,7 +234,7 @@ class BatchRunner:
                 one = requests[0]
                 single = [(one.block, one.start, one.start + one.rows)] if one.block is not None else None
                 return dict(one.inputs), one.rows, 0, single
-            runs = _block_runs(requests)
+            runs = join_runs(requests)
             if runs is not None and len(runs) == 1:  # consecutive rows of one block: a view, no copy
                 block, start, stop = runs[0]
                 return {name: arr[start:stop] for name, arr in block.items()}, stop - start, 0, runs
@@ -254,21 +254,52 @@ class BatchRunner:
         return feeds, rows, length, None
 
 
-def _block_runs(requests: Sequence[DecodedRequest]) -> list[BlockRun] | None:
-    """The batch's rows as runs of consecutive rows of their decoded blocks: (block, first row, row after the last),
-    in order; None when a request has no block."""
+class Span(Protocol):
+    """Rows of a decoded block, as :func:`join_runs` reads them: a :class:`~consumer.work.DecodedRequest`, or a
+    :class:`RunSpan`."""
+
+    @property
+    def block(self) -> Mapping[str, np.ndarray] | None:
+        """The block (input name -> ``[chunk rows, ...]``), or None: rows of no block."""
+
+    @property
+    def start(self) -> int:
+        """The first row."""
+
+    @property
+    def rows(self) -> int:
+        """How many rows."""
+
+
+class RunSpan(NamedTuple):
+    """A :data:`BlockRun`'s rows as a :class:`Span`."""
+
+    block: Mapping[str, np.ndarray] | None
+    start: int
+    rows: int
+
+
+def join_runs(spans: Iterable[Span]) -> list[BlockRun] | None:
+    """Spans of decoded blocks joined into runs of consecutive rows: (block, first row, row after the last), in
+    order, a span that continues the previous one (the same block object, from the row after its last) joined to
+    it. It serves the batch's requests (:meth:`BatchRunner._assemble`) and the shadow scorer's parts (their runs).
+
+    Returns:
+        the runs; None when a span has no block, or there are no spans.
+    """
     runs: list[BlockRun] = []
     block: Mapping[str, np.ndarray] | None = None
     start = stop = 0
-    for request in requests:
-        if request.block is None:
+    for span in spans:
+        if span.block is None:
             return None
-        if request.block is block and request.start == stop:
-            stop += request.rows
+        if span.block is block and span.start == stop:
+            stop += span.rows
             continue
         if block is not None:
             runs.append((block, start, stop))
-        block, start, stop = request.block, request.start, request.start + request.rows
-    assert block is not None
+        block, start, stop = span.block, span.start, span.start + span.rows
+    if block is None:
+        return None
     runs.append((block, start, stop))
     return runs

@@ -68,21 +68,62 @@ class Limits:
 ShapeKey = tuple[tuple[str, tuple[int, ...]], ...]
 
 
-@dataclass(slots=True)
+class Datums(Protocol):
+    """A chunk's decoded events, built one by one when asked for (:class:`consumer.events.avro.Datums`)."""
+
+    def datum(self, i: int) -> dict[str, Any]:
+        """Event ``i`` of the chunk."""
+
+
 class Event:
     """A decoded domain event (``request_format`` json or avro), kept beside its tensors for the enriched result.
 
     Attributes:
         fields: the event as decoded (a JSON object, or the Avro record as fastavro reads it with logical types
-            left raw: :mod:`consumer.events.avro`).
+            left raw: :mod:`consumer.events.avro`); built on first use where the decoder gave ``source`` and
+            ``index`` instead (an Avro chunk whose tensors came from its number columns: nothing on the serving
+            path reads the fields, the enriched result is spliced from ``raw``).
         raw: the event's own bytes: the JSON object (a registry's frame left out), or the Avro datum after the
             frame; an enriched result is spliced from them (:mod:`consumer.answers.enrich`).
         schema_id: Avro: the writer schema's ID in the registry; None for JSON.
     """
 
-    fields: dict[str, Any]
-    raw: bytes | memoryview = b""
-    schema_id: int | None = None
+    __slots__ = ("_fields", "_index", "_source", "raw", "schema_id")
+
+    def __init__(
+        self,
+        fields: dict[str, Any] | None,
+        raw: bytes | memoryview = b"",
+        schema_id: int | None = None,
+        source: Datums | None = None,
+        index: int = 0,
+    ) -> None:
+        if fields is None and source is None:
+            raise ValueError("an event needs its fields or the chunk that builds them")
+        self._fields = fields
+        self.raw = raw
+        self.schema_id = schema_id
+        self._source = source
+        self._index = index
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The event as decoded (built from ``source`` on first use)."""
+        if self._fields is None:
+            assert self._source is not None
+            self._fields = self._source.datum(self._index)
+            self._source = None
+        return self._fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return (self.fields, self.raw, self.schema_id) == (other.fields, other.raw, other.schema_id)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable, compared by value)
+
+    def __repr__(self) -> str:
+        return f"Event(fields={self.fields!r}, raw={self.raw!r}, schema_id={self.schema_id!r})"
 
 
 class DecodedRequest:

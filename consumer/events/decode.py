@@ -13,17 +13,21 @@
 Then the whole chunk's events become one tensor per input at once (:meth:`InputMapping.tensors`), and each request's
 inputs are rows of those tensors (``DecodedRequest.block``), so a micro-batch of consecutive records is fed as a
 slice (no copy). With enriched results an event that already has a field the result writes is ``field_clash``.
+An Avro chunk read at once (:class:`~consumer.events.avro.FixedTail`) feeds its tensors from its number columns,
+and its events' fields are built only when looked at (nothing on the serving path does: the enriched result is
+spliced from the event's bytes).
 """
 
 from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from enum import Enum
 from itertools import repeat
 from typing import Any, Final, Literal, cast
 
+import numpy as np
 import orjson
 
 from consumer.errors import DeadLetterReason, DecodeError, RecordError, ValidationError
@@ -91,29 +95,20 @@ class EventDecoder:
         :class:`~consumer.work.Event`, a :class:`~consumer.errors.RecordError`, or :data:`TOMBSTONE`."""
         uniform = self._uniform(values)
         if uniform is not None:
-            chunk, chunk_raws, chunk_schema = uniform
+            chunk, chunk_raws, chunk_schema, read = uniform
             numbers = chunk_schema is not None and self._numeric(chunk_schema)
+            if read is not None:  # Avro read by its layout: the tensors from its number columns, the events lazily
+                datums, columns = read
+                block = self._mapping.number_columns(columns, len(datums)) if numbers else None
+                if block is not None:
+                    rows = len(datums)
+                    lazy = map(Event, repeat(None), chunk_raws, repeat(chunk_schema), repeat(datums), range(rows))
+                    return self._requests(block, rows, lazy)
+                chunk = datums.all()
+            assert chunk is not None  # (given unless read)
             chunk_block, chunk_errors = self._mapping.tensors(chunk, numbers)
             if not any(chunk_errors):
-                requests = list(
-                    map(
-                        DecodedRequest,
-                        repeat(None),
-                        repeat(None),
-                        repeat(1),
-                        repeat(None),
-                        repeat(0),
-                        repeat(False),
-                        repeat(chunk_block),
-                        range(len(chunk)),
-                        repeat(self._shape_key),
-                    )
-                )
-                deque(
-                    map(setattr, requests, repeat("event"), map(Event, chunk, chunk_raws, repeat(chunk_schema))),
-                    maxlen=0,
-                )
-                return cast("list[Outcome]", requests)
+                return self._requests(chunk_block, len(chunk), map(Event, chunk, chunk_raws, repeat(chunk_schema)))
         out: list[Any] = [None] * len(values)  # every slot is set below
         events: list[dict[str, Any]] = []
         where: list[int] = []
@@ -172,14 +167,43 @@ class EventDecoder:
                 row += 1
         return out
 
+    def _requests(self, block: dict[str, np.ndarray], rows: int, events: Iterator[Event]) -> list[Outcome]:
+        """One request per row of ``block``, in order, each holding its event of ``events``."""
+        requests = list(
+            map(
+                DecodedRequest,
+                repeat(None),
+                repeat(None),
+                repeat(1),
+                repeat(None),
+                repeat(0),
+                repeat(False),
+                repeat(block),
+                range(rows),
+                repeat(self._shape_key),
+            )
+        )
+        deque(map(setattr, requests, repeat("event"), events), maxlen=0)
+        return cast("list[Outcome]", requests)
+
     def _uniform(
         self, values: Sequence[bytes | None]
-    ) -> tuple[list[dict[str, Any]], Sequence[bytes | memoryview], int | None] | None:
+    ) -> (
+        tuple[
+            list[dict[str, Any]] | None,
+            Sequence[bytes | memoryview],
+            int | None,
+            tuple[avro.Datums, dict[str, np.ndarray]] | None,
+        ]
+        | None
+    ):
         """The common chunk's events at once: every value bytes within ``max_record_bytes``; json: each an object
         (no registry frame), avro: each of one known usable writer schema, decoded to a record
         (:func:`~consumer.events.avro.decode`); no event holding a field the result writes. (events, their
         raw bytes, the schema ID or None); None when any record is anything else: the chunk is then decoded record
-        by record, which names each culprit."""
+        by record, which names each culprit. Avro read by its layout (:class:`~consumer.events.avro.FixedTail`)
+        gives no events but (its datums, built when asked for; its top-level number fields as columns)
+        (:meth:`~consumer.events.avro.FixedTail.read_columns`) as a fourth item, else that is None."""
         if not values or set(map(type, values)) != {bytes}:
             return None
         plain = cast("Sequence[bytes]", values)  # all bytes: checked above
@@ -211,20 +235,23 @@ class EventDecoder:
             if schema_id not in self._layouts:
                 self._layouts[schema_id] = avro.FixedTail.of(known.parsed)
             layout = self._layouts[schema_id]
-            events = layout.read(payloads) if layout is not None else None
-            if events is None:
-                parsed, decode = known.parsed, avro.decode
-                try:
-                    events = [decode(parsed, payload) for payload in payloads]
-                except RecordError:
-                    return None
+            read = layout.read_columns(payloads) if layout is not None else None
+            if read is not None:  # records of one schema: dicts of its fields, its names the same for each
+                if not self._clash or set(self._clash).isdisjoint(read[0].names):
+                    return None, payloads, schema_id, read
+                return None
+            parsed, decode = known.parsed, avro.decode
+            try:
+                events = [decode(parsed, payload) for payload in payloads]
+            except RecordError:
+                return None
             raws = payloads
         if set(map(type, events)) != {dict}:
             return None
         for name in self._clash:
             if any(map(operator.contains, events, repeat(name))):
                 return None
-        return events, raws, schema_id
+        return events, raws, schema_id, None
 
     def _numeric(self, schema_id: int | None) -> bool:
         """Whether the records of writer schema ``schema_id`` hold every mapped field as a number

@@ -174,16 +174,44 @@ class InputMapping:
         values = rows if self._width == 1 else itertools.chain.from_iterable(rows)
         if not typed and not set(map(type, values)) <= _NUMBER_TYPES:
             return None
-        arr = np.array(rows, dtype=np.float64).reshape(len(events), self._width)
+        return self._blocked(np.array(rows, dtype=np.float64).reshape(len(events), self._width))
+
+    def number_columns(self, columns: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray] | None:
+        """:meth:`_numbers` of events whose fields are already number columns (an Avro chunk read by
+        :meth:`consumer.events.avro.FixedTail.read_columns`): the same block from the same values, without the
+        events.
+
+        Args:
+            columns: top-level field -> its values over the events, ``[rows]`` float64 or float32 (each value
+                exactly the float the event holds).
+            rows: the events.
+
+        Returns:
+            the block, or None when :meth:`_numbers` does not apply to the mapping, a field it reads is not a
+            column, or a value is not finite or not within float32 where an input is float32.
+        """
+        getter = self._getter
+        if getter is None or rows == 0:
+            return None
+        names = [f.path[0] for plan in self.inputs for f in plan.fields]
+        if any(name not in columns for name in names):
+            return None
+        arr = np.empty((rows, self._width), dtype=np.float64)
+        for j, name in enumerate(names):
+            arr[:, j] = columns[name]
+        return self._blocked(arr)
+
+    def _blocked(self, arr: np.ndarray) -> dict[str, np.ndarray] | None:
+        """The block of ``arr`` (``[events, every field's column]`` float64, fields in input order) once every value
+        is finite and within float32 where an input is float32; else None."""
         if not np.isfinite(arr).all() or (self._float32 and float(np.abs(arr).max()) > _FLOAT32_MAX):
             return None
+        rows = arr.shape[0]
         block = {}
         start = 0
         for plan in self.inputs:
             part = arr[:, start : start + plan.width]
-            block[plan.spec.name] = np.ascontiguousarray(part, dtype=plan.spec.dtype).reshape(
-                (len(events), *plan.row_shape)
-            )
+            block[plan.spec.name] = np.ascontiguousarray(part, dtype=plan.spec.dtype).reshape((rows, *plan.row_shape))
             start += plan.width
         return block
 

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import itertools
 import json
 import logging
+import operator
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import httpx2
 from confluent_kafka.schema_registry import RegisteredSchema, Schema
@@ -414,8 +416,18 @@ def value_subject(topic: str) -> str:
     return f"{topic}-value"
 
 
+#: A value's magic byte and schema ID.
+_HEAD = slice(0, avro.HEADER_BYTES)
+
+
 def schema_ids(values: Sequence[bytes | None]) -> set[int]:
     """The schema IDs of the values in the registry's wire format."""
+    try:  # the common chunk, no tombstone: each value's first 5 bytes once, a chunk's few distinct ones converted
+        heads = set(map(operator.getitem, cast("Sequence[bytes]", values), itertools.repeat(_HEAD)))
+    except TypeError:  # a None (a tombstone)
+        pass
+    else:
+        return {int.from_bytes(h[1:], "big") for h in heads if len(h) == avro.HEADER_BYTES and h[0] == avro.MAGIC}
     ids = set()
     for value in values:
         if value and len(value) >= avro.HEADER_BYTES and value[0] == avro.MAGIC:

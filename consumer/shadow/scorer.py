@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 from consumer.answers.records import AnswerRecords
 from consumer.config import Settings
 from consumer.errors import InferenceError
-from consumer.inference import BlockRun, Scored
+from consumer.inference import BlockRun, RunSpan, Scored, join_runs
 from consumer.kafka.clients import Clients
 from consumer.model.buffers import BatchBuffers
 from consumer.model.runner import OnnxRunner
@@ -302,17 +302,11 @@ class ShadowScorer:
 
 def block_runs(parts: Sequence[Scored]) -> list[BlockRun] | None:
     """The parts' rows as runs of consecutive block rows, in order, a run that continues the previous one joined
-    to it; None when a part has no runs (:attr:`~consumer.inference.Scored.runs`)."""
-    out: list[BlockRun] = []
-    for part in parts:
-        if part.runs is None:
-            return None
-        for block, start, stop in part.runs:
-            if out and out[-1][0] is block and out[-1][2] == start:
-                out[-1] = (block, out[-1][1], stop)
-            else:
-                out.append((block, start, stop))
-    return out or None
+    to it (:func:`~consumer.inference.join_runs`); None when a part has no runs
+    (:attr:`~consumer.inference.Scored.runs`)."""
+    if any(part.runs is None for part in parts):
+        return None
+    return join_runs(RunSpan(block, start, stop - start) for part in parts for block, start, stop in part.runs or ())
 
 
 def build_shadow(

@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from consumer.answers.outputs import non_finite
+from consumer.inference import RunSpan, join_runs
 from consumer.signature import ModelSignature
+from consumer.work import DecodedRequest
 from tests.unit.fakes import FakeClock
 from tests.unit.wired import INFERENCE_OOM, Wired, digits_value, in_offset_order, per_destination
 
@@ -65,3 +67,22 @@ def test_non_finite_names_the_outputs_of_each_request_once_per_batch() -> None:
     assert non_finite([("ok", ok), ("bad", bad), ("ints", ints)], [1, 2], frozenset()) == [[], ["bad"]]
     whole = np.array([np.inf], dtype=np.float32)  # no batch axis: spoils every request
     assert non_finite([("w", whole), ("bad", bad)], [2, 1], frozenset({"w"})) == [["w", "bad"], ["w"]]
+
+
+def test_join_runs_joins_spans_that_continue_each_other_and_nothing_else() -> None:
+    a, b = {"input": np.zeros((8, 64), np.float32)}, {"input": np.zeros((8, 64), np.float32)}  # equal, not one
+    spans = [(a, 0, 1), (a, 1, 2), (a, 4, 1), (b, 5, 3), (b, 8, 0), (b, 8, 1), (a, 5, 0), (a, 5, 1)]
+    runs = join_runs([RunSpan(*span) for span in spans])
+    assert runs == [(a, 0, 3), (a, 4, 5), (b, 5, 9), (a, 5, 6)]  # a gap, another block, back to the first
+    assert [run[0] is a for run in runs] == [True, True, False, True]  # the same block object, not an equal one
+    assert join_runs([RunSpan(a, 2, 3)]) == [(a, 2, 5)]
+    assert join_runs([]) is None
+    assert join_runs([RunSpan(None, 0, 1), RunSpan(a, 1, 1)]) is None  # a span of no block: the requests' path
+    assert join_runs([RunSpan(a, 0, 1), RunSpan(None, 1, 1)]) is None
+
+
+def test_join_runs_reads_requests() -> None:
+    block = {"input": np.zeros((4, 64), np.float32)}
+    requests = [DecodedRequest(None, None, 1, None, block=block, start=i) for i in (0, 1, 3)]
+    assert join_runs(requests) == [(block, 0, 2), (block, 3, 4)]
+    assert join_runs([DecodedRequest(None, {"input": block["input"][:1]}, 1, None)]) is None

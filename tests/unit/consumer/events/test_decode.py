@@ -17,7 +17,7 @@ from consumer.events.avro import frame
 from consumer.events.avro import parse as avro_parse
 from consumer.events.decode import TOMBSTONE, EventDecoder
 from consumer.events.mapping import load_mapping
-from consumer.events.registry import Schemas
+from consumer.events.registry import Schemas, schema_ids
 from consumer.json_object import record_json
 from consumer.signature import ModelSignature, TensorSpec
 from consumer.timeouts import Backoff
@@ -269,3 +269,62 @@ async def test_a_chunk_of_a_strings_and_numbers_schema_is_read_at_once_as_record
     for bad in (good[1][:-1], good[1] + b"\x00"):
         values = [*good[:2], bad, *good[2:]]
         same_outcomes(decoder.decode(values), general(decoder).decode(values))
+
+
+async def test_an_avro_chunk_read_at_once_feeds_the_tensors_from_its_number_columns_as_the_events_would() -> None:
+    schema = {"type": "record", "name": "Two", "fields": [{"name": "id", "type": "string"},
+              {"name": "amount", "type": "double"}, {"name": "ratio", "type": "float"}]}  # fmt: skip
+    signature = ModelSignature(
+        "m",
+        "1",
+        (TensorSpec("amount", F32, (None, 1)), TensorSpec("ratio", np.dtype(np.float64), (None,))),
+        (TensorSpec("score", F32, (None,)),),
+    )
+    mapping = load_mapping(signature, None, enrich=True)
+    registry, clock = FlakyRegistry(), InstantClock()
+    schema_id = await registry.add("payments-value", schema)
+    schemas = Schemas(registry, mapping, signature, "scored-value", register=True, unknown_retries=0,
+                      backoff=Backoff(0.1, 1.0), clock=clock, sleep=clock.sleep)  # fmt: skip
+    decoder = EventDecoder("avro", mapping, Limits(), schemas, ["score"])
+    datums = [{"id": f"p{i}", "amount": (i - 3) / 7 * 10.0**i, "ratio": 1 / (i + 3)} for i in range(8)]
+    good = [frame(schema_id, avro_bytes(schema, d)) for d in datums]
+    await decoder.prepare(good)
+    uniform = decoder._uniform(good)
+    assert uniform is not None
+    assert uniform[3] is not None  # read by the layout, with its number columns
+    assert mapping.number_columns(uniform[3][1], len(good)) is not None
+    out = decoder.decode(good)
+    first = out[0]
+    assert isinstance(first, DecodedRequest)
+    assert first.event is not None
+    assert first.event._fields is None  # built only when looked at (nothing on the serving path does)
+    same_outcomes(out, general(decoder).decode(good))
+    assert first.event._fields is not None  # (built by the comparison, and kept)
+    assert [o.inputs["ratio"].dtype for o in out if isinstance(o, DecodedRequest)] == [np.float64] * 8
+    for odd in (float("nan"), float("inf"), 1e39):  # not finite, or beyond float32: the events' path decides
+        values = [*good[:2], frame(schema_id, avro_bytes(schema, {**datums[2], "amount": odd})), *good[3:]]
+        uniform = decoder._uniform(values)
+        assert uniform is not None
+        assert uniform[3] is not None
+        assert mapping.number_columns(uniform[3][1], len(values)) is None
+        got = decoder.decode(values)
+        assert outcome(got[2]) == ("request" if odd != odd else R.WRONG_TYPE)  # as the general path has it
+        want = general(decoder).decode(values)
+        same_outcomes(got[:2] + got[3:], want[:2] + want[3:])
+        if isinstance(got[2], DecodedRequest):  # a NaN is no NaN's equal: compared by its text and bytes
+            assert isinstance(want[2], DecodedRequest)
+            assert got[2].event is not None
+            assert want[2].event is not None
+            assert repr(got[2].event.fields) == repr(want[2].event.fields)
+            assert got[2].inputs["amount"].tobytes() == want[2].inputs["amount"].tobytes()
+        else:
+            same_outcomes(got[2:3], want[2:3])
+
+
+def test_schema_ids_of_a_chunk_with_and_without_tombstones() -> None:
+    values: list[bytes | None] = [frame(7, b"a"), frame(7, b""), frame(300, b"xyz"), b"", b"\x00\x00\x00", b"{}"]
+    values += [b"\x01\x00\x00\x00\x09", frame(2**31, b"z")]
+    assert schema_ids(values) == {7, 300, 2**31}  # short, empty and unframed values have none
+    assert schema_ids([*values, None]) == {7, 300, 2**31}  # the record-by-record loop
+    assert schema_ids([None]) == set()
+    assert schema_ids([]) == set()
