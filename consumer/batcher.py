@@ -209,16 +209,22 @@ class MicroBatcher(Generic[T]):
         batch: list[T] = []
         rows = tokens = 0
         max_rows, max_tokens = self._max_rows, self._max_tokens
-        while items:
-            item, item_rows, item_tokens, _ = items[0]
-            if batch and (
-                rows + item_rows > max_rows or (max_tokens is not None and tokens + item_tokens > max_tokens)
-            ):
-                break
-            items.popleft()
-            batch.append(item)
-            rows += item_rows
-            tokens += item_tokens
+        if lane.rows <= max_rows and (max_tokens is None or lane.tokens <= max_tokens):  # the whole lane fits
+            batch = [pending[0] for pending in items]
+            rows, tokens = lane.rows, lane.tokens
+            items.clear()
+        else:
+            popleft, append = items.popleft, batch.append
+            while items:
+                item, item_rows, item_tokens, _ = items[0]
+                if batch and (
+                    rows + item_rows > max_rows or (max_tokens is not None and tokens + item_tokens > max_tokens)
+                ):
+                    break
+                popleft()
+                append(item)
+                rows += item_rows
+                tokens += item_tokens
         lane.rows -= rows
         lane.tokens -= tokens
         self._rows -= rows
