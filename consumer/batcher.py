@@ -27,6 +27,10 @@ T = TypeVar("T")
 _Pending = tuple[T, int, int, float]
 
 
+#: A lane key no caller passes (put_many's "no lane yet").
+_NO_KEY = object()
+
+
 class _Lane(Generic[T]):
     __slots__ = ("items", "rows", "tokens")
 
@@ -106,14 +110,30 @@ class MicroBatcher(Generic[T]):
         now = self._clock()
         lanes = self._lanes
         added = 0
+        # A chunk's requests mostly share one key object: the lane is looked up again only when the key changes,
+        # and its row and token counts are added once per run of one lane.
+        lane: _Lane[T] | None = None
+        last: Hashable = _NO_KEY
+        run_rows = run_tokens = 0
+        items: deque[_Pending[T]] = deque()
         for item, rows, key, tokens in entries:
-            lane = lanes.get(key)
-            if lane is None:
-                lane = lanes[key] = _Lane()
-            lane.items.append((item, rows, tokens, now))
-            lane.rows += rows
-            lane.tokens += tokens
-            added += rows
+            if key is not last:
+                if lane is not None:
+                    lane.rows += run_rows
+                    lane.tokens += run_tokens
+                    added += run_rows
+                lane = lanes.get(key)
+                if lane is None:
+                    lane = lanes[key] = _Lane()
+                last, items = key, lane.items
+                run_rows = run_tokens = 0
+            items.append((item, rows, tokens, now))
+            run_rows += rows
+            run_tokens += tokens
+        if lane is not None:
+            lane.rows += run_rows
+            lane.tokens += run_tokens
+            added += run_rows
         if added:
             self._rows += added
             self._wakeup.set()
@@ -189,16 +209,22 @@ class MicroBatcher(Generic[T]):
         batch: list[T] = []
         rows = tokens = 0
         max_rows, max_tokens = self._max_rows, self._max_tokens
-        while items:
-            item, item_rows, item_tokens, _ = items[0]
-            if batch and (
-                rows + item_rows > max_rows or (max_tokens is not None and tokens + item_tokens > max_tokens)
-            ):
-                break
-            items.popleft()
-            batch.append(item)
-            rows += item_rows
-            tokens += item_tokens
+        if lane.rows <= max_rows and (max_tokens is None or lane.tokens <= max_tokens):  # the whole lane fits
+            batch = [pending[0] for pending in items]
+            rows, tokens = lane.rows, lane.tokens
+            items.clear()
+        else:
+            popleft, append = items.popleft, batch.append
+            while items:
+                item, item_rows, item_tokens, _ = items[0]
+                if batch and (
+                    rows + item_rows > max_rows or (max_tokens is not None and tokens + item_tokens > max_tokens)
+                ):
+                    break
+                popleft()
+                append(item)
+                rows += item_rows
+                tokens += item_tokens
         lane.rows -= rows
         lane.tokens -= tokens
         self._rows -= rows

@@ -52,8 +52,14 @@ class PartitionOffsets:
 
     def done(self, offset: int) -> None:
         """Mark a tracked record as answered; advances ``commit_position`` over the done prefix."""
-        self._done.add(offset)
         order, done = self._order, self._done
+        if order and order[0] == offset:  # the first unfinished one (answers mostly come in order): no set
+            order.popleft()
+            self.commit_position = offset + 1
+            if not done:
+                return
+        else:
+            done.add(offset)
         while order and order[0] in done:
             first = order.popleft()
             done.discard(first)

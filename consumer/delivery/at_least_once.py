@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Collection
 
 from aiokafka import TopicPartition
 
@@ -162,16 +163,17 @@ class AtLeastOnce:
             asked = held.room(s.fetch_max_records)
             fetched = await st.source.fetch(asked, wait=not full)
             if fetched:
-                self._ingest(await st.intake.decode(fetched, st.tracker, st.source.idle))
+                self._ingest(await st.intake.decode(fetched, st.tracker, st.source.idle), fetched.keys())
                 if s.flush_when_caught_up and st.source.caught_up(fetched, asked):
                     self.batcher.caught_up()  # nothing more is on the broker: waiting could only add latency
             st.source.refresh_lag()
             await asyncio.sleep(0)  # the client returns fetched records without yielding: let the others run
 
-    def _ingest(self, works: list[Work]) -> None:
-        """Requests to the batcher, poison straight to the publisher, all in their partitions' order."""
+    def _ingest(self, works: list[Work], fetched: Collection[TopicPartition] | None = None) -> None:
+        """Requests to the batcher, poison straight to the publisher, all in their partitions' order (``fetched``:
+        the chunk's partitions, :meth:`~consumer.delivery.stages.Stages.mine`)."""
         st = self._stages
-        works = st.mine(works)
+        works = st.mine(works, fetched)
         self.publisher.track(works)
         requests: list[Work] = []
         dead: list[Work] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from aiokafka import TopicPartition
@@ -142,10 +142,17 @@ class Stages:
         if self.shadow is not None:
             await self.shadow.stop()
 
-    def mine(self, works: list[Work]) -> list[Work]:
+    def mine(self, works: list[Work], fetched: Collection[TopicPartition] | None = None) -> list[Work]:
         """``works`` but for the records of partitions revoked while their chunk was decoded (dropped: the fate
-        table's ``partition_revoked``; their tracker entries are forgotten): the same for both delivery modes."""
+        table's ``partition_revoked``; their tracker entries are forgotten): the same for both delivery modes.
+
+        Args:
+            fetched: the partitions of the chunk ``works`` were decoded from (a superset of theirs), if known: while
+                all of them are still assigned, no record's partition is looked at.
+        """
         assigned = self.source.consumer.assignment()
+        if fetched is not None and assigned.issuperset(fetched):
+            return works
         stale = {w.tp for w in works} - assigned
         if not stale:
             return works

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -102,6 +103,7 @@ class Source:
         self._fetch_seconds = metrics.stage_seconds.labels("fetch")
         self.lag = 0
         self._throttled = False  # throttle() paused the assignment and has not resumed it since
+        self._throttled_of: AbstractSet[TopicPartition] | None = None  # the assignment it paused (its identity)
         self._lag_refreshed = -math.inf  # clock() of the last update_lag, s
         self._lag_series: dict[TopicPartition, Any] = {}  # each partition's lag gauge child (labels() is costly)
         #: The group's listener, set by :meth:`start` (a delivery mode adds its figures to a rebalance's line).
@@ -204,18 +206,28 @@ class Source:
         return True
 
     def throttle(self, full: bool) -> None:
-        """Pause every assigned partition while ``full``; resume them once not."""
+        """Pause every assigned partition while ``full``; resume them once not.
+
+        Nothing else keeps a partition paused across fetches (:meth:`idle` and the isolation of an undecodable
+        record put back what they found), so neither direction walks the client's paused set (a walk over every
+        assigned partition's state, 13 us at 128 partitions): pausing or resuming one that already is changes
+        nothing in the client. While throttled, a call on the same assignment (the client's frozenset, replaced at
+        every rebalance) returns at once."""
         consumer = self.consumer
         if full:
-            unpaused = consumer.assignment() - consumer.paused()
-            if unpaused:
-                consumer.pause(*unpaused)
+            assigned = consumer.assignment()
+            if self._throttled and assigned is self._throttled_of and isinstance(assigned, frozenset):
+                return
+            if assigned:
+                consumer.pause(*assigned)
                 self._metrics.paused.set(1)
             self._throttled = True
+            self._throttled_of = assigned
         elif self._throttled:  # no walk over every assigned partition's state per fetch while nothing is paused
             self._throttled = False
-            if paused := consumer.paused():
-                consumer.resume(*paused)
+            self._throttled_of = None
+            if assigned := consumer.assignment():
+                consumer.resume(*assigned)
             self._metrics.paused.set(0)
 
     def update_lag(self) -> None:

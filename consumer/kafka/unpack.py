@@ -29,6 +29,7 @@ implementations.
 from __future__ import annotations
 
 import importlib
+import itertools
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -264,6 +265,10 @@ def capped_codecs(cap: int) -> dict[str, Callable[[Any], bytes]]:
 
 
 # -- stand-ins
+#: A sentinel no batch ever yields.
+_NO_RECORD = object()
+
+
 class GuardedBatch:
     """One record batch as the fetcher iterates it, with stand-ins (see the module docstring).
 
@@ -280,37 +285,47 @@ class GuardedBatch:
         self._max_record_bytes = max_record_bytes
         self._wire_bytes = wire_bytes
         self._records: Iterator[Any] | None = None
+        # What the fetcher reads of every batch, read once here (not through __getattr__, a Python call each)
+        self.validate_crc = batch.validate_crc
+        self.next_offset = batch.next_offset
+        self.is_control_batch = batch.is_control_batch
+        self.producer_id = batch.producer_id
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batch, name)
 
-    def __iter__(self) -> GuardedBatch:
-        return self
-
-    def __next__(self) -> Any:
+    def __iter__(self) -> Iterator[Any]:
         if self._records is None:
-            self._records = self._guarded()
+            self._records = self._open()
+        return self._records
+
+    def __next__(self) -> Any:  # aiokafka's _contains_abort_marker calls next() on a control batch
+        if self._records is None:
+            self._records = self._open()
         return next(self._records)
 
-    def _guarded(self) -> Iterator[Any]:
+    def _open(self) -> Iterator[Any]:
+        """The batch's records with their stand-ins. Where no record can need one (the batch, unpacked, is no larger
+        than ``max_record_bytes``) that is the client's own compiled iterator behind the first record, so the
+        fetcher's loop costs nothing here per record."""
         batch = self._batch
         try:
             records = iter(batch)  # a compressed batch is unpacked here (compiled) or at its first record (Python);
             record = next(records)  # the compiled batch may be iterated once: next() on it from here on
         except StopIteration:
-            return
+            return iter(())
         except (BatchTooLarge, BatchCorrupt) as exc:
-            yield self._whole(exc)
-            return
-        limit = self._max_record_bytes
+            return iter((self._whole(exc),))
         unpacked = LAST_UNPACKED[0] if batch.compression_type else self._wire_bytes
-        if unpacked <= limit:  # no record can be larger than its batch: nothing to check per record
-            while True:
-                yield record
-                try:
-                    record = next(records)
-                except StopIteration:
-                    return
+        if unpacked <= self._max_record_bytes:  # no record can be larger than its batch: nothing to check per record
+            # chain() would call iter() on the compiled batch again (it refuses a second iteration): its __next__
+            # until StopIteration instead (the sentinel is never a record)
+            return itertools.chain((record,), iter(records.__next__, _NO_RECORD))
+        return self._checked(record, records)
+
+    def _checked(self, record: Any, records: Iterator[Any]) -> Iterator[Any]:
+        """``record`` and the rest of ``records``, each one too large as a stand-in without its value."""
+        limit = self._max_record_bytes
         while True:
             value, key, headers = record.value, record.key, record.headers
             size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
@@ -352,16 +367,16 @@ class GuardedRecords:
     max_record_bytes = 1_048_576
     memory_records: Any = None
 
+    has_next: Callable[[], bool]
+
     def __init__(self, data: Any) -> None:
         self._records = type(self).memory_records(data)
         self._data = memoryview(data)
         self._pos = 0
+        self.has_next = self._records.has_next  # the client's own (the fetcher calls it once per batch)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._records, name)
-
-    def has_next(self) -> bool:
-        return bool(self._records.has_next())
 
     def next_batch(self) -> Any:
         batch = self._records.next_batch()

@@ -84,7 +84,7 @@ async def profile(args: argparse.Namespace) -> list[str]:
     """The run, and its report's lines (markdown)."""
     bootstrap = args.bootstrap_servers
     tag = uuid.uuid4().hex[:6]
-    topics = await new_topics(bootstrap, f"profile-{tag}")
+    topics = await new_topics(bootstrap, f"profile-{tag}", args.partitions)
     topics["results"] = await results_topic(bootstrap, f"profile-{tag}-out")
     settings: dict[str, Any] = {"delivery": args.delivery}
     if args.shadow is not None:  # a shadow candidate scores every micro-batch (consumer.shadow)
@@ -135,7 +135,8 @@ async def _profiled(
     )
     head = [
         f"{args.records:,} {what} records, streaminfer-consumer at "
-        f"default settings, delivery {args.delivery}{shadowed(args)}, {len(stamps):,} results at "
+        f"default settings, {args.partitions} request partitions, delivery {args.delivery}{shadowed(args)}, "
+        f"{len(stamps):,} results at "
         f"{throughput(stamps):,.0f} records/s; py-spy {args.rate} samples/s of the consumer's active threads, "
         f"{total:,} samples. "
         f"Machine: {os.cpu_count()} cores (shared).",
@@ -166,6 +167,7 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m harness.bench.profile", description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     p.add_argument("--records", type=int, default=150_000, help="digits backlog, records (the bench's rounds)")
+    p.add_argument("--partitions", type=int, default=4, help="requests topic partitions (the wide row: 128)")
     p.add_argument("--delivery", choices=["at_least_once", "exactly_once"], default="at_least_once")
     p.add_argument("--format", choices=["oip", "json", "avro"], default="oip", help="digits OIP, or events")
     p.add_argument("--schema-registry-url", default=default_registry_url(), help="Avro: else a local one is started")

@@ -175,3 +175,28 @@ async def test_an_arrival_wakes_the_wait_before_its_deadline(clock: FakeClock) -
     b.put("b", 1)
     assert await asyncio.wait_for(waiter, timeout=5) == ["a", "b"]
     assert clock.sleepers == 0
+
+
+def test_put_many_with_interleaved_and_equal_keys_fills_each_lane_as_put_does(clock: FakeClock) -> None:
+    key_a, key_b = ("a", (3,)), ("b", (5,))
+    entries = [("a0", 1, key_a, 2), ("a1", 2, ("a", (3,)), 3), ("b0", 1, key_b, 4), ("a2", 1, key_a, 5)]
+    many, one = make(clock, rows=4), make(clock, rows=4)
+    many.put_many(entries)
+    for item, rows, key, tokens in entries:
+        one.put(item, rows, key, tokens)
+    for b in (many, one):
+        assert b.pending_rows == 5
+        assert {k: (lane.rows, lane.tokens) for k, lane in b._lanes.items()} == {key_a: (4, 10), key_b: (1, 4)}
+        assert b.pop_ready(clock()) == ["a0", "a1", "a2"]
+        assert b.pending_rows == 1
+
+
+def test_a_lane_within_its_rows_but_over_its_tokens_is_taken_in_parts(clock: FakeClock) -> None:
+    b: MicroBatcher[str] = MicroBatcher(max_batch_rows=8, max_batch_delay_ms=5.0, clock=clock, max_batch_tokens=10)
+    b.put_many([("s0", 1, 16, 6), ("s1", 1, 16, 6), ("s2", 1, 16, 3)])  # 3 rows of 8, 15 tokens of 10
+    assert b.pop_ready(clock()) == ["s0"]  # full by tokens: due at once, as many as fit
+    assert b.pop_ready(clock()) is None  # 2 rows, 9 tokens: waits for its deadline
+    clock.advance_ms(5)
+    assert b.pop_ready(clock()) == ["s1", "s2"]  # the whole lane fits now
+    assert b.pending_rows == 0
+    assert b.pop_ready(clock()) is None

@@ -159,3 +159,65 @@ async def test_the_fetch_loop_refreshes_the_lag_at_most_every_lag_refresh_s(
     await h.until(lambda: h.committed(0) == 8)
     assert h.app.lag == 0  # a commit refreshes it at once
     await h.stop()
+
+
+class _Assignments:
+    """The client calls throttle() makes, with aiokafka's assignment: one frozenset per rebalance."""
+
+    def __init__(self, partitions: range) -> None:
+        self.assigned = frozenset(TopicPartition("requests", p) for p in partitions)
+        self.held: set[TopicPartition] = set()
+        self.paused_reads = 0
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return self.assigned
+
+    def paused(self) -> set[TopicPartition]:
+        self.paused_reads += 1
+        return set(self.held)
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self.held |= set(tps)
+
+    def resume(self, *tps: TopicPartition) -> None:
+        self.held -= set(tps)
+
+
+def test_throttle_pauses_what_a_rebalance_assigned_meanwhile_and_never_walks_the_paused_set() -> None:
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from consumer.kafka.source import Source
+    from consumer.offsets import OffsetTracker
+    from consumer.ops.metrics import Metrics
+    from consumer.ops.progress import Progress
+
+    client = _Assignments(range(4))
+    metrics = Metrics(CollectorRegistry())
+    source = Source(
+        client,  # type: ignore[arg-type]
+        "requests",
+        OffsetTracker(),
+        metrics,
+        Progress(time.monotonic),
+        fetch_timeout_ms=100,
+        clock=time.monotonic,
+    )
+    paused_gauge = "streaminfer_partitions_paused"
+    source.throttle(True)
+    assert client.held == client.assigned
+    assert metrics.registry.get_sample_value(paused_gauge) == 1
+    client.held.clear()  # (nothing resumes behind its back; a fresh call on the same assignment does not look)
+    source.throttle(True)
+    assert client.held == set()
+    client.assigned = frozenset(TopicPartition("requests", p) for p in range(2, 8))  # a rebalance while throttled
+    source.throttle(True)
+    assert client.held == client.assigned
+    source.throttle(False)
+    assert client.held == set()
+    assert metrics.registry.get_sample_value(paused_gauge) == 0
+    source.throttle(False)
+    source.throttle(True)
+    assert client.held == client.assigned
+    assert client.paused_reads == 0

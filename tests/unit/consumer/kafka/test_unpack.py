@@ -28,7 +28,7 @@ from consumer.answers.records import (
 )
 from consumer.errors import ConfigError, DeadLetterReason
 from consumer.intake import Intake
-from consumer.kafka.unpack import BatchCorrupt, BatchTooLarge, Dropped, capped_codecs, install
+from consumer.kafka.unpack import BatchCorrupt, BatchTooLarge, Dropped, GuardedRecords, capped_codecs, install
 from consumer.offsets import OffsetTracker
 from consumer.ops.metrics import Metrics
 from consumer.signature import ModelSignature
@@ -165,6 +165,27 @@ def test_bombs_are_refused_under_a_data_limit(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[:3] == ["zstd refused", "lz4 refused", "gzip refused"]
+
+
+@pytest.mark.parametrize("module", implementations(), ids=lambda m: m.__name__.split(".")[-2])
+@pytest.mark.parametrize("codec", [0, *CODECS.values()], ids=["none", *CODECS])
+def test_next_and_iteration_share_one_pass_and_match_the_clients_own_records(module: Any, codec: int) -> None:
+    values = [b"r%d" % i * 50 for i in range(5)]
+    data = batch(module, codec, values, base_offset=7)
+    records = fetcher.MemoryRecords(data)
+    guarded = records.next_batch()
+    assert guarded.next_offset == 12
+    assert not guarded.is_control_batch
+    assert guarded.validate_crc()
+    first = next(guarded)  # as the fetcher reads a control batch's marker
+    rest = list(guarded)
+    assert next(iter(guarded), None) is None  # one pass, like the client's own batch
+    assert not records.has_next()
+    plain = list(GuardedRecords.memory_records(data).next_batch())
+    assert [(r.offset, r.key, r.value, list(r.headers)) for r in [first, *rest]] == [
+        (r.offset, r.key, r.value, list(r.headers)) for r in plain
+    ]
+    assert [r.value for r in [first, *rest]] == values
 
 
 def raw_batch(codec: int, payload: bytes, records: int, base_offset: int) -> bytes:
