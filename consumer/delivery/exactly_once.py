@@ -177,7 +177,7 @@ class ExactlyOnce:
             if not fetched and not transactions:
                 return  # nothing open: let a rebalance or a stop in between windows
             if fetched:
-                works = st.mine(await st.intake.decode(fetched, st.tracker, st.source.idle))
+                works = st.mine(await st.intake.decode(fetched, st.tracker, st.source.idle), fetched)
                 for work in works:
                     st.writer.ladder.resume(work)
                 self.held.add(works)
