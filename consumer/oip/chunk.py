@@ -55,9 +55,61 @@ EXACT_IN_FLOAT64 = 2**53
 
 #: (datatype, shape) of every model input, in the model's input order: the records of one stack share it.
 _StackKey = tuple[tuple[str, tuple[int, ...]], ...]
-#: A record that parsed as a well-formed plain JSON request, its values not yet checked: (index in the chunk,
-#: request id, requested outputs, binary_data_output, each model input's ``data`` in input order).
-_Parsed = tuple[int, str | None, tuple[str, ...] | None, bool, list[list[Any]]]
+#: A record that parsed as a well-formed plain JSON request, its values not yet checked: (its stack's key, request
+#: id, requested outputs, binary_data_output, each model input's ``data`` in input order).
+_Parsed = tuple[_StackKey, str | None, tuple[str, ...] | None, bool, list[list[Any]]]
+
+#: A failed stack larger than this is split in two and each half tried as a stack again (a smaller one is decoded
+#: record by record): one bad record among many costs a few more stacks, not every neighbour's own decode.
+SPLIT_ABOVE = 16
+
+
+class _Stack:
+    """The well-formed plain JSON records of a chunk that declare the same inputs, their values not yet checked.
+
+    Attributes:
+        key: each model input's (datatype, shape), in input order.
+        indices: each record's index in the chunk.
+        ids: each record's request id (or None).
+        columns: per model input (in input order), each record's ``data`` as parsed.
+        extras: a record's position in the stack -> (requested outputs, binary_data_output), for the records that
+            ask for either (most ask for neither).
+    """
+
+    __slots__ = ("columns", "extras", "ids", "indices", "key")
+
+    def __init__(self, key: _StackKey, inputs: int) -> None:
+        self.key = key
+        self.indices: list[int] = []
+        self.ids: list[str | None] = []
+        self.columns: list[list[Any]] = [[] for _ in range(inputs)]
+        self.extras: dict[int, tuple[tuple[str, ...] | None, bool]] = {}
+
+    def add(
+        self, index: int, request_id: str | None, outputs: tuple[str, ...] | None, binary_output: bool, data: list[Any]
+    ) -> None:
+        """Add one record (``data``: each model input's ``data``, in input order)."""
+        if outputs is not None or binary_output:
+            self.extras[len(self.indices)] = (outputs, binary_output)
+        self.indices.append(index)
+        self.ids.append(request_id)
+        for column, values in zip(self.columns, data, strict=True):
+            column.append(values)
+
+    def halves(self) -> tuple[_Stack, _Stack]:
+        """The stack's first and second half (records in order)."""
+        middle = len(self.indices) // 2
+        first, second = _Stack(self.key, 0), _Stack(self.key, 0)
+        first.indices, second.indices = self.indices[:middle], self.indices[middle:]
+        first.ids, second.ids = self.ids[:middle], self.ids[middle:]
+        first.columns = [c[:middle] for c in self.columns]
+        second.columns = [c[middle:] for c in self.columns]
+        for position, extra in self.extras.items():
+            if position < middle:
+                first.extras[position] = extra
+            else:
+                second.extras[position - middle] = extra
+        return first, second
 
 
 def decode_chunk(
@@ -91,33 +143,88 @@ def decode_chunk(
     if signature.sequence is not None or text is not None:
         return [decode_form(v, f, signature, limits, text) for v, f in zip(values, forms, strict=True)]
     out: list[DecodedRequest | RecordError | None] = [None] * len(values)
-    joined = b"\0".join([v for v in values if v])
-    scan = b"true" in joined or b"false" in joined
-    stacks: dict[_StackKey, list[_Parsed]] = {}
+    scan = _may_hold_booleans(values)
+    stacks: dict[_StackKey, _Stack] = {}
     binaries: dict[_StackKey, list[_Binary]] = {}
     max_bytes = limits.max_record_bytes
-    parse_plain = _parse_plain_one if len(signature.inputs) == 1 else _parse_plain
-    for i, (value, form) in enumerate(zip(values, forms, strict=True)):
-        found: tuple[_StackKey, Any] | None = None
+    specs = signature.inputs
+    one_input = specs[0].name if len(specs) == 1 else None
+    loads = orjson.loads
+    last: _Stack | None = None  # the stack the previous record joined, and its datatype and shape as parsed
+    last_datatype: str | None = None
+    last_shape: list[int] | None = None
+    for i, value in enumerate(values):
+        form = forms[i]
         if not value or len(value) > max_bytes:
             pass
         elif form is JSON_FORM:
-            if not (scan and (b"true" in value or b"false" in value)):
-                found = parse_plain(i, value, signature)
-                if found is not None:
-                    stacks.setdefault(found[0], []).append(found[1])
+            if scan and (b"true" in value or b"false" in value):
+                pass
+            elif one_input is not None:
+                # _parse_plain's checks for a one-input model, inlined (this runs once per record of a chunk): the
+                # same records are taken. The request is a JSON object with exactly one input object (str name the
+                # model's, list shape of ints >= 0, str datatype, list data, no parameters).
+                try:
+                    body = loads(value)
+                    (item,) = body["inputs"]  # a list of one input (a one-key object, a one-character string: below)
+                    name, shape, datatype, data = item["name"], item["shape"], item["datatype"], item["data"]
+                except (ValueError, KeyError, TypeError, IndexError):  # orjson.JSONDecodeError is a ValueError
+                    pass
+                else:
+                    # body and item are objects here, so inputs was a list (a string, or an object's key, indexed by a
+                    # string raised); a name equal to the model's is a string
+                    if (
+                        name == one_input
+                        and type(data) is list
+                        and type(shape) is list
+                        and type(datatype) is str
+                        and "parameters" not in item
+                    ):
+                        for d in shape:
+                            if type(d) is not int or d < 0:
+                                break
+                        else:
+                            keys = len(body)
+                            request_id = body.get("id")
+                            if keys == 1 or (keys == 2 and type(request_id) is str):  # inputs and a string id only
+                                outputs, binary_output = None, False
+                            else:
+                                fields = _request_fields(body, signature)
+                                if fields is None:
+                                    out[i] = decode_form(value, form, signature, limits)
+                                    continue
+                                request_id, outputs, binary_output = fields
+                            if shape != last_shape or datatype != last_datatype or last is None:
+                                declared: _StackKey = ((datatype, tuple(shape)),)
+                                last = stacks.get(declared)
+                                if last is None:
+                                    last = stacks[declared] = _Stack(declared, 1)
+                                last_datatype, last_shape = datatype, shape
+                            if outputs is not None or binary_output:
+                                last.extras[len(last.indices)] = (outputs, binary_output)
+                            last.indices.append(i)
+                            last.ids.append(request_id)
+                            last.columns[0].append(data)
+                            continue
+            else:
+                parsed = _parse_plain(value, signature)
+                if parsed is not None:
+                    key, request_id, outputs, binary_output, data = parsed
+                    stack = stacks.get(key)
+                    if stack is None:
+                        stack = stacks[key] = _Stack(key, len(specs))
+                    stack.add(i, request_id, outputs, binary_output, data)
                     continue
         elif type(form) is RecordForm and form.json_length is not None:
-            found = _parse_binary(i, value, form.json_length, signature)
-            if found is not None:
-                binaries.setdefault(found[0], []).append(found[1])
+            binary = _parse_binary(i, value, form.json_length, signature)
+            if binary is not None:
+                binaries.setdefault(binary[0], []).append(binary[1])
                 continue
         out[i] = decode_form(value, form, signature, limits)
-    decoded: list[tuple[Sequence[tuple[int, Any, Any, Any, Any]], list[DecodedRequest] | None]] = [
-        (members, _decode_stack(key, members, signature, limits)) for key, members in stacks.items()
-    ]
-    decoded += [(found, _decode_binary_stack(key, found, signature, limits)) for key, found in binaries.items()]
-    for members, requests in decoded:
+    for stack in stacks.values():
+        _settle(stack, values, forms, signature, limits, out)
+    for key, members in binaries.items():
+        requests = _decode_binary_stack(key, members, signature, limits)
         if requests is None:  # a stack that failed a check: each of its records on its own
             for m in members:
                 i = m[0]
@@ -126,6 +233,36 @@ def decode_chunk(
             for m, request in zip(members, requests, strict=True):
                 out[m[0]] = request
     return out  # type: ignore[return-value]  # every slot is filled above
+
+
+def _may_hold_booleans(values: Sequence[bytes | None]) -> bool:
+    """Whether any value may hold a JSON ``true`` or ``false`` (its bytes do): False lets every record skip its own
+    scan. Most chunks hold no ``r`` or no ``l`` at all (the request's own keys have neither), which one ``memchr``
+    each says; only then are the words looked for."""
+    joined = b"\0".join([v for v in values if v])
+    return (b"r" in joined and b"true" in joined) or (b"l" in joined and b"false" in joined)
+
+
+def _settle(
+    stack: _Stack,
+    values: Sequence[bytes | None],
+    forms: Sequence[RecordForm | RecordError],
+    signature: ModelSignature,
+    limits: Limits,
+    out: list[DecodedRequest | RecordError | None],
+) -> None:
+    """Fill ``out`` for a stack's records: one block when it passes every check; else each half as a stack again
+    (while larger than :data:`SPLIT_ABOVE`), the rest record by record (which names the culprit)."""
+    requests = _decode_stack(stack, signature, limits)
+    if requests is not None:
+        for i, request in zip(stack.indices, requests, strict=True):
+            out[i] = request
+    elif len(stack.indices) > SPLIT_ABOVE:
+        for half in stack.halves():
+            _settle(half, values, forms, signature, limits, out)
+    else:
+        for i in stack.indices:
+            out[i] = decode_form(values[i], forms[i], signature, limits)
 
 
 # ------------------------------------------------------------------------------------------------ stacks
@@ -168,52 +305,21 @@ def _request_fields(
     return request_id, outputs, bool(parameters and parameters.get("binary_data_output") is True)
 
 
-def _parse_plain_one(index: int, value: bytes, signature: ModelSignature) -> tuple[_StackKey, _Parsed] | None:
-    """:func:`_parse_plain` of a one-input model, :func:`_envelope`'s input checks and :func:`_declared` inlined (the
-    same checks, so the same records are taken; this runs once per record of a chunk); the request's own fields are
-    :func:`_request_fields`, as :func:`_envelope`'s."""
-    try:
-        body = orjson.loads(value)
-        raw_inputs = body["inputs"]
-    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
-        return None
-    if type(body) is not dict or type(raw_inputs) is not list or len(raw_inputs) != 1:
-        return None
-    item = raw_inputs[0]
-    if type(item) is not dict or "parameters" in item:
-        return None
-    try:
-        name, shape, datatype, data = item["name"], item["shape"], item["datatype"], item["data"]
-    except KeyError:
-        return None
-    if type(name) is not str or type(shape) is not list or type(datatype) is not str or type(data) is not list:
-        return None
-    if name != signature.inputs[0].name:
-        return None
-    for d in shape:
-        if type(d) is not int or d < 0:
-            return None
-    fields = _request_fields(body, signature)
-    if fields is None:
-        return None
-    request_id, outputs, binary_output = fields
-    return ((datatype, tuple(shape)),), (index, request_id, outputs, binary_output, [data])
-
-
-def _parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_StackKey, _Parsed] | None:
+def _parse_plain(value: bytes, signature: ModelSignature) -> _Parsed | None:
     """Parse ``value`` if it is a plain JSON request whose fields are all well formed and name exactly the model's
-    inputs; None when anything is off (the record is then decoded on its own, which names the problem)."""
+    inputs; None when anything is off (the record is then decoded on its own, which names the problem).
+    :func:`decode_chunk` inlines the same checks for a one-input model."""
     specs = signature.inputs
     envelope = _envelope(value, signature)
     if envelope is None:
         return None
     raw_inputs, request_id, outputs, binary_output = envelope
-    if len(specs) == 1:  # the common case: one input, no name lookups
+    if len(specs) == 1:  # one input, no name lookups
         item = raw_inputs[0]
         declared = _declared(item)
         if declared is None or item["name"] != specs[0].name:
             return None
-        return (declared,), (index, request_id, outputs, binary_output, [item["data"]])
+        return (declared,), request_id, outputs, binary_output, [item["data"]]
     by_name: dict[str, dict[str, Any]] = {}
     for item in raw_inputs:
         if _declared(item) is None or item["name"] in by_name:
@@ -227,7 +333,7 @@ def _parse_plain(index: int, value: bytes, signature: ModelSignature) -> tuple[_
             return None
         key.append((item["datatype"], tuple(item["shape"])))
         data.append(item["data"])
-    return tuple(key), (index, request_id, outputs, binary_output, data)
+    return tuple(key), request_id, outputs, binary_output, data
 
 
 def _parse_binary(index: int, value: bytes, length: int, signature: ModelSignature) -> tuple[_StackKey, _Binary] | None:
@@ -300,15 +406,12 @@ def _declared(item: object) -> tuple[str, tuple[int, ...]] | None:
     return datatype, tuple(shape)
 
 
-def _decode_stack(
-    key: _StackKey, members: list[_Parsed], signature: ModelSignature, limits: Limits
-) -> list[DecodedRequest] | None:
+def _decode_stack(stack: _Stack, signature: ModelSignature, limits: Limits) -> list[DecodedRequest] | None:
     """Parse and check a stack's inputs as one array each; None when any check fails (decode record by record)."""
-    n = len(members)
+    n = len(stack.indices)
     block: dict[str, np.ndarray] = {}
     rows: int | None = None
-    for j, spec in enumerate(signature.inputs):
-        datatype, shape = key[j]
+    for spec, (datatype, shape), column in zip(signature.inputs, stack.key, stack.columns, strict=True):
         try:
             declared = check_declaration(spec, datatype, shape, limits.max_record_rows)
         except ValidationError:
@@ -319,7 +422,7 @@ def _decode_stack(
             return None
         count = math.prod(shape)
         try:  # numpy picks the dtype, as for one record (float64 straight would turn a numeric string into a number)
-            arr = np.array([m[4][j] for m in members])
+            arr = np.array(column)
         except (ValueError, TypeError, OverflowError):
             return None
         if arr.shape != (n, count) and arr.shape != (n, *shape):
@@ -334,7 +437,11 @@ def _decode_stack(
         return None
     assert rows is not None
     shape_key = tuple((name, arr.shape[1:]) for name, arr in sorted(block.items()))
-    return [DecodedRequest(m[1], None, rows, m[2], 0, m[3], block, k * rows, shape_key) for k, m in enumerate(members)]
+    ids = stack.ids
+    requests = [DecodedRequest(r, None, rows, None, 0, False, block, k * rows, shape_key) for k, r in enumerate(ids)]
+    for k, (outputs, binary_output) in stack.extras.items():  # the few records that ask for outputs or binary ones
+        requests[k] = DecodedRequest(ids[k], None, rows, outputs, 0, binary_output, block, k * rows, shape_key)
+    return requests
 
 
 def _checked_block(

@@ -129,6 +129,20 @@ def test_one_bad_record_does_not_change_its_groups_neighbours(digits_signature: 
     check(values, digits_signature)
 
 
+@pytest.mark.parametrize("bad", [[None] + [0.0] * 63, ["1"] + [0.0] * 63, [1e39] + [0.0] * 63, [0.5] * 63])
+def test_a_large_stack_with_a_bad_record_keeps_most_of_it_in_blocks(digits_signature: ModelSignature, bad: Any) -> None:
+    """A failed stack is tried again in halves: the culprit is decoded on its own (its own reason and message),
+    and the records of every half that passes still share a block."""
+    rng = random.Random(9)
+    values = [req(inp("input", [1, 64], "FP32", [rng.random() for _ in range(64)]), id=f"g{i}") for i in range(200)]
+    values[137] = req(inp("input", [1, 64], "FP32", bad), id="bad")
+    chunk = decode_chunk(values, [[]] * len(values), digits_signature, LIMITS)
+    assert isinstance(chunk[137], RecordError)
+    stacked = [k for k, r in enumerate(chunk) if isinstance(r, DecodedRequest) and r.block is not None]
+    assert len(stacked) >= 180 and 137 not in stacked
+    check(values, digits_signature)
+
+
 def test_binary_records_and_headers_are_decoded_on_their_own(digits_signature: ModelSignature) -> None:
     x = np.arange(128, dtype=np.float32).reshape(2, 64)
     value, length = encode_request_binary("b", {"input": x})
