@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,6 +59,9 @@ _StackKey = tuple[tuple[str, tuple[int, ...]], ...]
 #: A record that parsed as a well-formed plain JSON request, its values not yet checked: (its stack's key, request
 #: id, requested outputs, binary_data_output, each model input's ``data`` in input order).
 _Parsed = tuple[_StackKey, str | None, tuple[str, ...] | None, bool, list[list[Any]]]
+
+#: The byte of a JSON string's delimiters.
+_QUOTE = ord('"')
 
 #: A failed stack larger than this is split in two and each half tried as a stack again (a smaller one is decoded
 #: record by record): one bad record among many costs a few more stacks, not every neighbour's own decode.
@@ -143,7 +147,15 @@ def decode_chunk(
     if signature.sequence is not None or text is not None:
         return [decode_form(v, f, signature, limits, text) for v, f in zip(values, forms, strict=True)]
     out: list[DecodedRequest | RecordError | None] = [None] * len(values)
-    scan = _may_hold_booleans(values)
+    joined = b"\0".join([v for v in values if v])
+    # "null" and "false" hold an l, "true" an r; the request's own keys hold neither: most chunks skip the word
+    # searches (one memchr each)
+    may_null = b"l" in joined
+    scan = (b"r" in joined and b"true" in joined) or (may_null and b"false" in joined)
+    # While every record is a plain one-input request: the quote bytes its known strings (keys, id, name, datatype)
+    # hold, two each; every other string, or a \" within one, adds more (_decode_stack's float path)
+    quotes = 0
+    simple = not may_null
     stacks: dict[_StackKey, _Stack] = {}
     binaries: dict[_StackKey, list[_Binary]] = {}
     max_bytes = limits.max_record_bytes
@@ -188,7 +200,9 @@ def decode_chunk(
                             request_id = body.get("id")
                             if keys == 1 or (keys == 2 and type(request_id) is str):  # inputs and a string id only
                                 outputs, binary_output = None, False
+                                quotes += 2 * (keys + len(item)) + (6 if keys == 2 else 4)
                             else:
+                                simple = False
                                 fields = _request_fields(body, signature)
                                 if fields is None:
                                     out[i] = decode_form(value, form, signature, limits)
@@ -207,6 +221,7 @@ def decode_chunk(
                             last.columns[0].append(data)
                             continue
             else:
+                simple = False
                 parsed = _parse_plain(value, signature)
                 if parsed is not None:
                     key, request_id, outputs, binary_output, data = parsed
@@ -216,13 +231,18 @@ def decode_chunk(
                     stack.add(i, request_id, outputs, binary_output, data)
                     continue
         elif type(form) is RecordForm and form.json_length is not None:
+            simple = False
             binary = _parse_binary(i, value, form.json_length, signature)
             if binary is not None:
                 binaries.setdefault(binary[0], []).append(binary[1])
                 continue
+        if value:
+            simple = False
         out[i] = decode_form(value, form, signature, limits)
+    # numbers only: no string but the simple records' known ones, no null, no boolean (scanned for above)
+    numbers = simple and bool(stacks) and int(np.count_nonzero(np.frombuffer(joined, np.uint8) == _QUOTE)) == quotes
     for stack in stacks.values():
-        _settle(stack, values, forms, signature, limits, out)
+        _settle(stack, values, forms, signature, limits, out, numbers)
     for key, members in binaries.items():
         requests = _decode_binary_stack(key, members, signature, limits)
         if requests is None:  # a stack that failed a check: each of its records on its own
@@ -235,14 +255,6 @@ def decode_chunk(
     return out  # type: ignore[return-value]  # every slot is filled above
 
 
-def _may_hold_booleans(values: Sequence[bytes | None]) -> bool:
-    """Whether any value may hold a JSON ``true`` or ``false`` (its bytes do): False lets every record skip its own
-    scan. Most chunks hold no ``r`` or no ``l`` at all (the request's own keys have neither), which one ``memchr``
-    each says; only then are the words looked for."""
-    joined = b"\0".join([v for v in values if v])
-    return (b"r" in joined and b"true" in joined) or (b"l" in joined and b"false" in joined)
-
-
 def _settle(
     stack: _Stack,
     values: Sequence[bytes | None],
@@ -250,16 +262,20 @@ def _settle(
     signature: ModelSignature,
     limits: Limits,
     out: list[DecodedRequest | RecordError | None],
+    numbers: bool = False,
 ) -> None:
     """Fill ``out`` for a stack's records: one block when it passes every check; else each half as a stack again
-    (while larger than :data:`SPLIT_ABOVE`), the rest record by record (which names the culprit)."""
-    requests = _decode_stack(stack, signature, limits)
+    (while larger than :data:`SPLIT_ABOVE`), the rest record by record (which names the culprit).
+
+    Args:
+        numbers: the stack's data holds only numbers and lists (:func:`_decode_stack`)."""
+    requests = _decode_stack(stack, signature, limits, numbers)
     if requests is not None:
         for i, request in zip(stack.indices, requests, strict=True):
             out[i] = request
     elif len(stack.indices) > SPLIT_ABOVE:
         for half in stack.halves():
-            _settle(half, values, forms, signature, limits, out)
+            _settle(half, values, forms, signature, limits, out, numbers)
     else:
         for i in stack.indices:
             out[i] = decode_form(values[i], forms[i], signature, limits)
@@ -406,8 +422,17 @@ def _declared(item: object) -> tuple[str, tuple[int, ...]] | None:
     return datatype, tuple(shape)
 
 
-def _decode_stack(stack: _Stack, signature: ModelSignature, limits: Limits) -> list[DecodedRequest] | None:
-    """Parse and check a stack's inputs as one array each; None when any check fails (decode record by record)."""
+def _decode_stack(
+    stack: _Stack, signature: ModelSignature, limits: Limits, numbers: bool = False
+) -> list[DecodedRequest] | None:
+    """Parse and check a stack's inputs as one array each; None when any check fails (decode record by record).
+
+    Args:
+        numbers: the stack's data is known to hold only numbers and lists (no string, null or boolean): a float
+            input of a float model whose records' data are flat lists of ``prod(shape)`` elements is then read
+            straight into float64, the dtype numpy's own pick gives any such stack holding a float (one of integers
+            only, int64 there, casts to the same values below :data:`EXACT_IN_FLOAT64`; above, it is decoded record
+            by record either way). Else numpy picks the dtype."""
     n = len(stack.indices)
     block: dict[str, np.ndarray] = {}
     rows: int | None = None
@@ -421,10 +446,17 @@ def _decode_stack(stack: _Stack, signature: ModelSignature, limits: Limits) -> l
         elif shape[0] != rows:
             return None
         count = math.prod(shape)
-        try:  # numpy picks the dtype, as for one record (float64 straight would turn a numeric string into a number)
-            arr = np.array(column)
-        except (ValueError, TypeError, OverflowError):
-            return None
+        arr = None
+        if numbers and declared.kind == "f" and spec.dtype.kind == "f" and set(map(len, column)) == {count}:
+            try:  # a nested list or an empty object among the numbers raises: numpy's pick below then
+                arr = np.fromiter(chain.from_iterable(column), np.float64, n * count).reshape(n, count)
+            except (ValueError, TypeError, OverflowError):
+                arr = None
+        if arr is None:
+            try:  # numpy picks the dtype, as for one record (float64 straight would turn a numeric string into one)
+                arr = np.array(column)
+            except (ValueError, TypeError, OverflowError):
+                return None
         if arr.shape != (n, count) and arr.shape != (n, *shape):
             return None
         checked = _checked_block(spec, arr, declared, shape, n)
