@@ -62,6 +62,8 @@ _Parsed = tuple[_StackKey, str | None, tuple[str, ...] | None, bool, list[list[A
 
 #: The byte of a JSON string's delimiters.
 _QUOTE = ord('"')
+#: The bytes of ``null``.
+_N, _U, _L = b"nul"
 
 #: A failed stack larger than this is split in two and each half tried as a stack again (a smaller one is decoded
 #: record by record): one bad record among many costs a few more stacks, not every neighbour's own decode.
@@ -78,9 +80,12 @@ class _Stack:
         columns: per model input (in input order), each record's ``data`` as parsed.
         extras: a record's position in the stack -> (requested outputs, binary_data_output), for the records that
             ask for either (most ask for neither).
+        quotes: each record's quote bytes if its only strings are its request's known ones (keys, id, name,
+            datatype; two bytes each); -1 where they are not known.
+        numbers: every record's data is known to hold only numbers and lists (:func:`_decode_stack`).
     """
 
-    __slots__ = ("columns", "extras", "ids", "indices", "key")
+    __slots__ = ("columns", "extras", "ids", "indices", "key", "numbers", "quotes")
 
     def __init__(self, key: _StackKey, inputs: int) -> None:
         self.key = key
@@ -88,6 +93,8 @@ class _Stack:
         self.ids: list[str | None] = []
         self.columns: list[list[Any]] = [[] for _ in range(inputs)]
         self.extras: dict[int, tuple[tuple[str, ...] | None, bool]] = {}
+        self.quotes: list[int] = []
+        self.numbers = False
 
     def add(
         self, index: int, request_id: str | None, outputs: tuple[str, ...] | None, binary_output: bool, data: list[Any]
@@ -97,23 +104,34 @@ class _Stack:
             self.extras[len(self.indices)] = (outputs, binary_output)
         self.indices.append(index)
         self.ids.append(request_id)
+        self.quotes.append(-1)
         for column, values in zip(self.columns, data, strict=True):
             column.append(values)
 
+    def part(self, positions: Sequence[int], numbers: bool) -> _Stack:
+        """The stack of the records at ``positions`` (in order), ``numbers`` as given."""
+        sub = _Stack(self.key, 0)
+        sub.indices = [self.indices[p] for p in positions]
+        sub.ids = [self.ids[p] for p in positions]
+        sub.quotes = [self.quotes[p] for p in positions]
+        sub.columns = [[c[p] for p in positions] for c in self.columns]
+        sub.extras = {k: self.extras[p] for k, p in enumerate(positions) if p in self.extras}
+        sub.numbers = numbers
+        return sub
+
     def halves(self) -> tuple[_Stack, _Stack]:
         """The stack's first and second half (records in order)."""
-        middle = len(self.indices) // 2
-        first, second = _Stack(self.key, 0), _Stack(self.key, 0)
-        first.indices, second.indices = self.indices[:middle], self.indices[middle:]
-        first.ids, second.ids = self.ids[:middle], self.ids[middle:]
-        first.columns = [c[:middle] for c in self.columns]
-        second.columns = [c[middle:] for c in self.columns]
-        for position, extra in self.extras.items():
-            if position < middle:
-                first.extras[position] = extra
-            else:
-                second.extras[position - middle] = extra
-        return first, second
+        n = len(self.indices)
+        return self.part(range(n // 2), self.numbers), self.part(range(n // 2, n), self.numbers)
+
+    def split_numbers(self, seen_quotes: np.ndarray, seen_nulls: np.ndarray) -> list[_Stack]:
+        """The stack's records whose data holds only numbers and lists (their quote bytes, ``seen_quotes`` by chunk
+        index, those of their known strings; no null, ``seen_nulls``; no boolean, as every stacked record) as one
+        stack marked ``numbers``, the others as another: one stack where either is empty."""
+        clean = (seen_quotes[self.indices] == np.array(self.quotes)) & (seen_nulls[self.indices] == 0)
+        if clean.all() or not clean.any():
+            return [self]
+        return [self.part(np.flatnonzero(clean).tolist(), True), self.part(np.flatnonzero(~clean).tolist(), False)]
 
 
 def decode_chunk(
@@ -147,15 +165,16 @@ def decode_chunk(
     if signature.sequence is not None or text is not None:
         return [decode_form(v, f, signature, limits, text) for v, f in zip(values, forms, strict=True)]
     out: list[DecodedRequest | RecordError | None] = [None] * len(values)
-    joined = b"\0".join([v for v in values if v])
+    joined = b"\0".join([v or b"" for v in values]) + b"\0"  # each value and its separator (_numbers_of)
     # "null" and "false" hold an l, "true" an r; the request's own keys hold neither: most chunks skip the word
     # searches (one memchr each)
-    may_null = b"l" in joined
-    scan = (b"r" in joined and b"true" in joined) or (may_null and b"false" in joined)
+    has_l = b"l" in joined
+    may_null = has_l and b"null" in joined
+    scan = (b"r" in joined and b"true" in joined) or (has_l and b"false" in joined)
     # While every record is a plain one-input request: the quote bytes its known strings (keys, id, name, datatype)
     # hold, two each; every other string, or a \" within one, adds more (_decode_stack's float path)
     quotes = 0
-    simple = not may_null
+    simple = not may_null  # a record holding false is not stacked (scan)
     stacks: dict[_StackKey, _Stack] = {}
     binaries: dict[_StackKey, list[_Binary]] = {}
     max_bytes = limits.max_record_bytes
@@ -200,8 +219,10 @@ def decode_chunk(
                             request_id = body.get("id")
                             if keys == 1 or (keys == 2 and type(request_id) is str):  # inputs and a string id only
                                 outputs, binary_output = None, False
-                                quotes += 2 * (keys + len(item)) + (6 if keys == 2 else 4)
+                                known = 2 * (keys + len(item)) + (6 if keys == 2 else 4)
+                                quotes += known
                             else:
+                                known = -1
                                 simple = False
                                 fields = _request_fields(body, signature)
                                 if fields is None:
@@ -218,6 +239,7 @@ def decode_chunk(
                                 last.extras[len(last.indices)] = (outputs, binary_output)
                             last.indices.append(i)
                             last.ids.append(request_id)
+                            last.quotes.append(known)
                             last.columns[0].append(data)
                             continue
             else:
@@ -239,10 +261,14 @@ def decode_chunk(
         if value:
             simple = False
         out[i] = decode_form(value, form, signature, limits)
-    # numbers only: no string but the simple records' known ones, no null, no boolean (scanned for above)
-    numbers = simple and bool(stacks) and int(np.count_nonzero(np.frombuffer(joined, np.uint8) == _QUOTE)) == quotes
+    # numbers only: no string but the simple records' known ones, no null, no boolean (scanned for above); the
+    # whole chunk at once while every record is simple, else record by record
+    buf = np.frombuffer(joined, np.uint8)
+    numbers = simple and bool(stacks) and int(np.count_nonzero(buf == _QUOTE)) == quotes
+    seen: list[tuple[np.ndarray, np.ndarray]] = []  # each record's quote bytes and nulls, once a stack failed
     for stack in stacks.values():
-        _settle(stack, values, forms, signature, limits, out, numbers)
+        stack.numbers = numbers
+        _settle(stack, values, forms, signature, limits, out, None if numbers else (buf, seen))
     for key, members in binaries.items():
         requests = _decode_binary_stack(key, members, signature, limits)
         if requests is None:  # a stack that failed a check: each of its records on its own
@@ -255,6 +281,16 @@ def decode_chunk(
     return out  # type: ignore[return-value]  # every slot is filled above
 
 
+def _counts_of(buf: np.ndarray, values: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Each record's quote bytes and ``null`` words (``int [records]`` each), from ``buf``: every value followed by
+    one separator byte (a zero byte)."""
+    ends = np.cumsum(np.fromiter((len(v) + 1 if v else 1 for v in values), np.intp, len(values)))
+    starts = np.concatenate(([0], ends[:-1]))
+    null = np.zeros(len(buf), dtype=bool)  # where a null starts (a word never spans a separator)
+    null[:-3] = (buf[:-3] == _N) & (buf[1:-2] == _U) & (buf[2:-1] == _L) & (buf[3:] == _L)
+    return np.add.reduceat(buf == _QUOTE, starts, dtype=np.intp), np.add.reduceat(null, starts, dtype=np.intp)
+
+
 def _settle(
     stack: _Stack,
     values: Sequence[bytes | None],
@@ -262,23 +298,65 @@ def _settle(
     signature: ModelSignature,
     limits: Limits,
     out: list[DecodedRequest | RecordError | None],
-    numbers: bool = False,
+    split: tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]] | None = None,
 ) -> None:
     """Fill ``out`` for a stack's records: one block when it passes every check; else each half as a stack again
     (while larger than :data:`SPLIT_ABOVE`), the rest record by record (which names the culprit).
 
     Args:
-        numbers: the stack's data holds only numbers and lists (:func:`_decode_stack`)."""
-    requests = _decode_stack(stack, signature, limits, numbers)
+        split: a stack not known to hold numbers only: the chunk's bytes as :func:`_counts_of` takes them, and
+            where its counts are kept once made. Its records that may hold a string or null (their quote bytes or nulls
+            say) are checked first as a stack of their own: when they pass, the whole stack is decoded as one;
+            else (numpy would have turned every number of the whole stack into a string or object first) the
+            others are decoded as a stack of numbers only, they record by record or in halves.
+    """
+    if split is not None and not stack.numbers:
+        buf, seen = split
+        if not seen:
+            seen.append(_counts_of(buf, values))
+        parts = stack.split_numbers(*seen[0])
+        if len(parts) == 2:
+            clean, unclean = parts
+            held = _decode_stack(unclean, signature, limits)
+            if held is not None:
+                requests = _decode_stack(stack, signature, limits)
+                if requests is not None:
+                    _fill(out, stack, requests)
+                    return
+                _fill(out, unclean, held)
+            _settle(clean, values, forms, signature, limits, out)
+            if held is None:
+                _settle_failed(unclean, values, forms, signature, limits, out)
+            return
+    requests = _decode_stack(stack, signature, limits, stack.numbers)
     if requests is not None:
-        for i, request in zip(stack.indices, requests, strict=True):
-            out[i] = request
-    elif len(stack.indices) > SPLIT_ABOVE:
+        _fill(out, stack, requests)
+    else:
+        _settle_failed(stack, values, forms, signature, limits, out)
+
+
+def _settle_failed(
+    stack: _Stack,
+    values: Sequence[bytes | None],
+    forms: Sequence[RecordForm | RecordError],
+    signature: ModelSignature,
+    limits: Limits,
+    out: list[DecodedRequest | RecordError | None],
+) -> None:
+    """:func:`_settle` of a stack that failed a check: each half as a stack again (while larger than
+    :data:`SPLIT_ABOVE`), else record by record."""
+    if len(stack.indices) > SPLIT_ABOVE:
         for half in stack.halves():
-            _settle(half, values, forms, signature, limits, out, numbers)
+            _settle(half, values, forms, signature, limits, out)
     else:
         for i in stack.indices:
             out[i] = decode_form(values[i], forms[i], signature, limits)
+
+
+def _fill(out: list[DecodedRequest | RecordError | None], stack: _Stack, requests: list[DecodedRequest]) -> None:
+    """Each of the stack's requests into its record's slot."""
+    for i, request in zip(stack.indices, requests, strict=True):
+        out[i] = request
 
 
 # ------------------------------------------------------------------------------------------------ stacks

@@ -144,6 +144,23 @@ def test_a_large_stack_with_a_bad_record_keeps_most_of_it_in_blocks(digits_signa
     check(values, digits_signature)
 
 
+@pytest.mark.parametrize("bad", [[None] + [0.0] * 63, ["1"] + [0.0] * 63, [0.5, "x"] + [0.0] * 62])
+@pytest.mark.parametrize("tag", ["g", "label-"])
+def test_a_string_or_null_in_a_large_stack_leaves_the_rest_one_block(
+    digits_signature: ModelSignature, bad: Any, tag: str
+) -> None:
+    """A record whose bytes may hold a string or null (its quotes, a null) is checked apart once its stack failed:
+    the others stay one block of numbers, whatever their ids hold (an l too)."""
+    rng = random.Random(2)
+    values = [req(inp("input", [1, 64], "FP32", [rng.random() for _ in range(64)]), id=f"{tag}{i}") for i in range(200)]
+    values[61] = req(inp("input", [1, 64], "FP32", bad), id="bad")
+    chunk = decode_chunk(values, [[]] * len(values), digits_signature, LIMITS)
+    assert isinstance(chunk[61], RecordError)
+    blocks = {id(r.block) for r in chunk if isinstance(r, DecodedRequest)}
+    assert len(blocks) == 1
+    check(values, digits_signature)
+
+
 def numbers_variants(rng: random.Random) -> list[bytes]:
     """Plain one-input records whose bytes hold no l (no null, no false), so a chunk of them may take the float
     path (its data read straight into float64), and what may sneak a non-number past it."""
