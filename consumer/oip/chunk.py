@@ -9,8 +9,10 @@ own (:func:`consumer.oip.decode.decode_form`) with the form already known.
 Every plain JSON request (no binary data extension) is parsed with ``orjson``; records that declare the same
 ``(datatype, shape)`` for every input form a *stack*, whose inputs are each parsed into one numpy array
 ``[records x rows, ...]`` and checked with one set of reductions (range, exactness, the model's value ranges). A
-stack that fails any check, and every record that is not plain, is decoded record by record, which names the
-culprit with the same reason and message.
+stack that fails any check is tried again in parts (its records that may hold a string or null apart, then halves,
+:func:`_settle`) down to a few records, which are decoded record by record, naming the culprit with the same reason
+and message; so is every record that is not plain. A one-input model's records are parsed in
+:func:`decode_chunk`'s loop itself (this runs once per record).
 
 Binary-extension requests of a one-input model that are well formed (the length header, one input object with
 ``binary_data_size`` equal to the bytes after the JSON part) and declare the same ``(datatype, shape)`` form a stack
@@ -18,8 +20,10 @@ too: their bytes are joined into one little-endian array and checked at once.
 
 Numbers: numpy picks a stack's dtype as it does for one record (a float stack is not parsed straight into float64,
 which would turn a numeric string such as ``"1"`` into its number, where the record on its own is
-datatype_mismatch; a string, or a JSON null, fails the stack); a float stack holding a value beyond 2**53 (integers
-are not exact there) is decoded record by record; integers keep numpy's own integer choice.
+datatype_mismatch; a string, or a JSON null, fails the stack), unless the chunk's bytes prove its data holds numbers
+only (no null; no quote bytes beyond its requests' known strings): a float input is then read straight into
+float64 (:func:`_decode_stack`); a float stack holding a value beyond 2**53 (integers are not exact there) is
+decoded record by record; integers keep numpy's own integer choice.
 ``true``/``false`` would become 1/0 next to numbers, so a record whose bytes may hold one is decoded on its own
 (one scan of the whole chunk says whether any may).
 """
