@@ -129,6 +129,100 @@ def test_one_bad_record_does_not_change_its_groups_neighbours(digits_signature: 
     check(values, digits_signature)
 
 
+@pytest.mark.parametrize("bad", [[None] + [0.0] * 63, ["1"] + [0.0] * 63, [1e39] + [0.0] * 63, [0.5] * 63])
+def test_a_large_stack_with_a_bad_record_keeps_most_of_it_in_blocks(digits_signature: ModelSignature, bad: Any) -> None:
+    """A failed stack is tried again in halves: the culprit is decoded on its own (its own reason and message),
+    and the records of every half that passes still share a block."""
+    rng = random.Random(9)
+    values = [req(inp("input", [1, 64], "FP32", [rng.random() for _ in range(64)]), id=f"g{i}") for i in range(200)]
+    values[137] = req(inp("input", [1, 64], "FP32", bad), id="bad")
+    chunk = decode_chunk(values, [[]] * len(values), digits_signature, LIMITS)
+    assert isinstance(chunk[137], RecordError)
+    stacked = [k for k, r in enumerate(chunk) if isinstance(r, DecodedRequest) and r.block is not None]
+    assert len(stacked) >= 180
+    assert 137 not in stacked
+    check(values, digits_signature)
+
+
+@pytest.mark.parametrize("bad", [[None] + [0.0] * 63, ["1"] + [0.0] * 63, [0.5, "x"] + [0.0] * 62])
+@pytest.mark.parametrize("tag", ["g", "label-"])
+def test_a_string_or_null_in_a_large_stack_leaves_the_rest_one_block(
+    digits_signature: ModelSignature, bad: Any, tag: str
+) -> None:
+    """A record whose bytes may hold a string or null (its quotes, a null) is checked apart once its stack failed:
+    the others stay one block of numbers, whatever their ids hold (an l too)."""
+    rng = random.Random(2)
+    values = [req(inp("input", [1, 64], "FP32", [rng.random() for _ in range(64)]), id=f"{tag}{i}") for i in range(200)]
+    values[61] = req(inp("input", [1, 64], "FP32", bad), id="bad")
+    chunk = decode_chunk(values, [[]] * len(values), digits_signature, LIMITS)
+    assert isinstance(chunk[61], RecordError)
+    blocks = {id(r.block) for r in chunk if isinstance(r, DecodedRequest)}
+    assert len(blocks) == 1
+    check(values, digits_signature)
+
+
+def numbers_variants(rng: random.Random) -> list[bytes]:
+    """Plain one-input records whose bytes hold no l (no null, no false), so a chunk of them may take the float
+    path (its data read straight into float64), and what may sneak a non-number past it."""
+    row = [rng.random() for _ in range(64)]
+    ints = [rng.randrange(17) for _ in range(64)]
+    return [
+        req(inp("input", [1, 64], "FP32", ints), id="ints"),  # integers only: int64 when numpy picks
+        req(inp("input", [1, 64], "FP32", [2**60 + 2**36 + 1] + [0] * 63)),  # beyond float64's exactness
+        req(inp("input", [1, 64], "FP32", [2**63 + 5] + [0.5] * 63)),  # uint64 range
+        req(inp("input", [1, 64], "FP32", ["1", *row[1:]]), id="numeric string"),
+        req(inp("input", [1, 64], "FP32", [{}, *row[1:]])),  # an object without a string in it
+        req(inp("input", [1, 64], "FP32", [[], *row[1:]])),
+        req(inp("input", [1, 64], "FP32", [row])),  # nested
+        req(inp("input", [2, 64], "FP32", [row, row])),
+        req(inp("input", [1, 64], "FP32", row[:63])),
+        req(inp("input", [1, 64], "FP64", [x * 1e300 for x in row])),  # beyond float32
+        req(inp("input", [1, 64], "INT64", ints)),
+        req(inp("input", [1, 64], "FP16", row)),
+        req({**inp("input", [1, 64], "FP32", row), "extra": 5}),
+        req({**inp("input", [1, 64], "FP32", ["1", *row[1:]]), "extra": "x"}),
+        req(inp("input", [1, 64], "FP32", ["2", *row[1:]]), id='a"b'),  # an escaped quote in a counted string
+        req(inp("input", [1, 64], "FP32", ["3", *row[1:]]), id="\u0022"),
+        orjson.dumps({"inputs": [inp("input", [1, 64], "FP32", row)], "id": "x", "parameters": {}}),
+    ]
+
+
+@pytest.mark.parametrize("which", range(len(numbers_variants(random.Random(0)))))
+def test_a_chunk_of_numbers_only_decodes_as_record_by_record(
+    digits_signature: ModelSignature, which: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clean records (ids without an l) around one variant: the float path is taken for the clean chunk, and
+    whatever the variant, every record gets decode_one's outcome (a numeric string is datatype_mismatch)."""
+    from consumer.oip import chunk
+
+    rng = random.Random(which)
+    clean = [req(inp("input", [1, 64], "FP32", [rng.random() for _ in range(64)]), id=f"r{i}") for i in range(40)]
+    seen: list[bool] = []
+    decode_stack = chunk._decode_stack
+
+    def spy(stack: Any, signature: ModelSignature, limits: Limits, numbers: bool = False) -> Any:
+        seen.append(numbers)
+        return decode_stack(stack, signature, limits, numbers)
+
+    monkeypatch.setattr(chunk, "_decode_stack", spy)
+    check(list(clean), digits_signature)
+    assert seen == [True]
+    values = [*clean[:23], numbers_variants(random.Random(0))[which], *clean[23:]]
+    check(values, digits_signature)
+    if which == 3:
+        got = decode_chunk(values, [[]] * len(values), digits_signature, LIMITS)[23]
+        assert isinstance(got, RecordError)
+        assert got.reason.value == "datatype_mismatch"
+
+
+def test_a_chunk_of_all_numbers_variants_decodes_as_record_by_record(digits_signature: ModelSignature) -> None:
+    rng = random.Random(4)
+    values = [v for _ in range(4) for v in numbers_variants(rng)]
+    values += [req(inp("input", [1, 64], "FP32", [rng.random() for _ in range(64)])) for _ in range(40)]
+    rng.shuffle(values)
+    check(values, digits_signature)
+
+
 def test_binary_records_and_headers_are_decoded_on_their_own(digits_signature: ModelSignature) -> None:
     x = np.arange(128, dtype=np.float32).reshape(2, 64)
     value, length = encode_request_binary("b", {"input": x})
