@@ -112,7 +112,7 @@ def test_verdicts_on_scrapes_recorded_from_real_runs(
 ) -> None:
     path = FIXTURES / f"{name}.json"
     f = figures(replay(path))
-    assert f.records > (300 if name == "minilm" else 1000), "the recorded window holds the drain"
+    assert f.records > 1000, "the recorded window holds the drain"
     reading = gates(f, Thresholds())
     assert reading.verdict in verdicts, "\n".join(report(f, reading))
     if name in ("heavy", "minilm"):
